@@ -1,0 +1,115 @@
+//! The one event enum every decoder produces.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What a decoder learned from the bytes it was fed, in input order.
+///
+/// Events are emitted in byte order: an event fires in the `feed` call that
+/// delivers the byte that makes it certain, and never later. Fragment events
+/// (`TextDelta`, `ReasoningDelta`, `ArgumentsDelta`, `ArgumentFieldDelta`)
+/// are coalesced per `feed` call, so different chunkings of the same input
+/// give the same events once adjacent fragments are concatenated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// Assistant prose.
+    TextDelta { text: String },
+    /// Reasoning ("thinking") text, kept apart from the answer.
+    ReasoningDelta { text: String },
+    /// XML only: `<tool_call>` has been seen; name not known yet.
+    ToolCallOpened { call_id: String },
+    /// The tool's name is complete.
+    ToolCallStarted {
+        call_id: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
+    },
+    /// Raw argument text (JSON source) as it streams.
+    ArgumentsDelta { call_id: String, fragment: String },
+    /// Decoded characters appended to a top-level string field that is
+    /// still streaming.
+    ArgumentFieldDelta {
+        call_id: String,
+        key: String,
+        fragment: String,
+    },
+    /// A top-level field of the arguments object whose value is complete.
+    ArgumentField {
+        call_id: String,
+        key: String,
+        value: Value,
+    },
+    /// The call is closed by the provider and its arguments are a valid
+    /// JSON object (or, for free-form custom tools, a JSON string).
+    ToolCallReady {
+        call_id: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
+        arguments: Value,
+    },
+    /// The call cannot be run; `reason` says why.
+    ToolCallFailed { call_id: String, reason: String },
+    /// Token counts reported by the provider.
+    Usage(Usage),
+    /// The provider says the message is over.
+    Finished { reason: FinishReason },
+    /// The provider reported an error inside the stream.
+    ProviderError { message: String },
+    /// Input that could not be decoded; decoding goes on after it.
+    ParseError { message: String },
+}
+
+impl StreamEvent {
+    /// The `type` tag this event carries when serialized.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StreamEvent::TextDelta { .. } => "text_delta",
+            StreamEvent::ReasoningDelta { .. } => "reasoning_delta",
+            StreamEvent::ToolCallOpened { .. } => "tool_call_opened",
+            StreamEvent::ToolCallStarted { .. } => "tool_call_started",
+            StreamEvent::ArgumentsDelta { .. } => "arguments_delta",
+            StreamEvent::ArgumentFieldDelta { .. } => "argument_field_delta",
+            StreamEvent::ArgumentField { .. } => "argument_field",
+            StreamEvent::ToolCallReady { .. } => "tool_call_ready",
+            StreamEvent::ToolCallFailed { .. } => "tool_call_failed",
+            StreamEvent::Usage(_) => "usage",
+            StreamEvent::Finished { .. } => "finished",
+            StreamEvent::ProviderError { .. } => "provider_error",
+            StreamEvent::ParseError { .. } => "parse_error",
+        }
+    }
+}
+
+/// Token counts. Providers name these differently; the decoders map them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_tokens: u64,
+    /// Completion tokens spent on reasoning, where reported.
+    pub reasoning_tokens: u64,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end of the answer.
+    EndTurn,
+    /// The model stopped to have tools run.
+    ToolUse,
+    /// Cut off by the output token limit.
+    MaxTokens,
+    /// A stop sequence matched.
+    StopSequence,
+    /// Withheld by the provider's content filter.
+    ContentFilter,
+    /// The stream ended cleanly (`[DONE]`) without naming a reason.
+    Unspecified,
+    /// A reason this crate does not know, verbatim.
+    Other(String),
+}
