@@ -1,6 +1,7 @@
 //! Any chunking of a recorded stream gives the same events, and every
 //! `ToolCallStarted` comes out of the chunk holding the last byte of the
 //! name.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

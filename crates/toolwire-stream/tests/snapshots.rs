@@ -1,6 +1,7 @@
 //! The event sequences, pinned. Each fixture is fed one byte at a time and
 //! shown in canonical form, so `offset` is the earliest byte at which each
 //! event was known.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
