@@ -9,43 +9,15 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::Decoder;
 use crate::calls::{ArgumentKind, CallAssembler, OpenCalls};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::framing::{FrameHandler, Framing, parse_data};
+use crate::framing::{FrameHandler, framed_decoder, parse_data};
 use crate::sse::SseEvent;
 
-/// Decodes an Anthropic messages stream.
-#[derive(Debug)]
-pub struct AnthropicDecoder {
-    framing: Framing,
-    state: MessageState,
-}
-
-impl Default for AnthropicDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl AnthropicDecoder {
-    pub fn new() -> Self {
-        AnthropicDecoder {
-            framing: Framing::new(),
-            state: MessageState::default(),
-        }
-    }
-}
-
-impl Decoder for AnthropicDecoder {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<StreamEvent> {
-        self.framing.feed(chunk, &mut self.state)
-    }
-
-    fn finish(&mut self) -> Vec<StreamEvent> {
-        self.framing.finish(&mut self.state)
-    }
-}
+framed_decoder!(
+    /// Decodes an Anthropic messages stream.
+    AnthropicDecoder(MessageState)
+);
 
 #[derive(Debug, Default)]
 struct MessageState {

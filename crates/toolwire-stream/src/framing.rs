@@ -34,6 +34,53 @@ enum Mode {
     Refused,
 }
 
+/// Declares a public provider decoder: [`Framing`] in front of a
+/// [`FrameHandler`] state, with `new`, `with_max_line` and [`Decoder`].
+///
+/// [`Decoder`]: crate::Decoder
+macro_rules! framed_decoder {
+    ($(#[$doc:meta])* $name:ident($state:ty)) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            framing: $crate::framing::Framing,
+            state: $state,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl $name {
+            /// A decoder with the default SSE line limit (4 MiB).
+            pub fn new() -> Self {
+                Self::with_max_line($crate::sse::DEFAULT_MAX_LINE)
+            }
+
+            /// A decoder that rejects SSE lines longer than `max_line` bytes.
+            pub fn with_max_line(max_line: usize) -> Self {
+                $name {
+                    framing: $crate::framing::Framing::with_max_line(max_line),
+                    state: <$state>::default(),
+                }
+            }
+        }
+
+        impl $crate::Decoder for $name {
+            fn feed(&mut self, chunk: &[u8]) -> Vec<$crate::StreamEvent> {
+                self.framing.feed(chunk, &mut self.state)
+            }
+
+            fn finish(&mut self) -> Vec<$crate::StreamEvent> {
+                self.framing.finish(&mut self.state)
+            }
+        }
+    };
+}
+pub(crate) use framed_decoder;
+
 /// SSE-or-JSON framing in front of a [`FrameHandler`].
 #[derive(Debug)]
 pub(crate) struct Framing {
@@ -43,9 +90,9 @@ pub(crate) struct Framing {
 }
 
 impl Framing {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn with_max_line(max_line: usize) -> Self {
         Framing {
-            sse: SseDecoder::new(),
+            sse: SseDecoder::with_max_line(max_line),
             mode: Mode::Sniffing,
             frames: Vec::new(),
         }

@@ -10,43 +10,15 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::Decoder;
 use crate::calls::{ArgumentKind, CallAssembler, OpenCalls};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::framing::{FrameHandler, Framing, parse_data};
+use crate::framing::{FrameHandler, framed_decoder, parse_data};
 use crate::sse::SseEvent;
 
-/// Decodes an OpenAI chat completions stream.
-#[derive(Debug)]
-pub struct OpenAiChatDecoder {
-    framing: Framing,
-    state: ChatState,
-}
-
-impl Default for OpenAiChatDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl OpenAiChatDecoder {
-    pub fn new() -> Self {
-        OpenAiChatDecoder {
-            framing: Framing::new(),
-            state: ChatState::default(),
-        }
-    }
-}
-
-impl Decoder for OpenAiChatDecoder {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<StreamEvent> {
-        self.framing.feed(chunk, &mut self.state)
-    }
-
-    fn finish(&mut self) -> Vec<StreamEvent> {
-        self.framing.finish(&mut self.state)
-    }
-}
+framed_decoder!(
+    /// Decodes an OpenAI chat completions stream.
+    OpenAiChatDecoder(ChatState)
+);
 
 #[derive(Debug, Default)]
 struct ChatState {

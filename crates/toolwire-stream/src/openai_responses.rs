@@ -9,44 +9,16 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::Decoder;
 use crate::calls::{ArgumentKind, CallAssembler, OpenCalls};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::framing::{FrameHandler, Framing, parse_data};
+use crate::framing::{FrameHandler, framed_decoder, parse_data};
 use crate::openai_chat::error_message;
 use crate::sse::SseEvent;
 
-/// Decodes an OpenAI responses API stream.
-#[derive(Debug)]
-pub struct OpenAiResponsesDecoder {
-    framing: Framing,
-    state: ResponsesState,
-}
-
-impl Default for OpenAiResponsesDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl OpenAiResponsesDecoder {
-    pub fn new() -> Self {
-        OpenAiResponsesDecoder {
-            framing: Framing::new(),
-            state: ResponsesState::default(),
-        }
-    }
-}
-
-impl Decoder for OpenAiResponsesDecoder {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<StreamEvent> {
-        self.framing.feed(chunk, &mut self.state)
-    }
-
-    fn finish(&mut self) -> Vec<StreamEvent> {
-        self.framing.finish(&mut self.state)
-    }
-}
+framed_decoder!(
+    /// Decodes an OpenAI responses API stream.
+    OpenAiResponsesDecoder(ResponsesState)
+);
 
 #[derive(Debug, Default)]
 struct ResponsesState {
