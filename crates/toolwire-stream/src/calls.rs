@@ -1,9 +1,11 @@
 //! One tool call's life, shared by every decoder: name, argument
 //! fragments, field events, and the verdict when the call closes.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
-use crate::event::StreamEvent;
+use crate::event::{CallId, StreamEvent};
 use crate::fields::{ArgumentFieldParser, FieldEvent};
 
 /// How a call's arguments are to be read.
@@ -18,7 +20,7 @@ pub(crate) enum ArgumentKind {
 /// Assembles one tool call from a decoder's observations.
 #[derive(Debug)]
 pub(crate) struct CallAssembler {
-    id: String,
+    id: CallId,
     name: Option<String>,
     server: Option<String>,
     kind: ArgumentKind,
@@ -32,7 +34,7 @@ pub(crate) struct CallAssembler {
 }
 
 impl CallAssembler {
-    pub(crate) fn new(id: impl Into<String>, kind: ArgumentKind) -> Self {
+    pub(crate) fn new(id: impl Into<Arc<str>>, kind: ArgumentKind) -> Self {
         CallAssembler {
             id: id.into(),
             name: None,
@@ -165,7 +167,7 @@ impl CallAssembler {
     }
 }
 
-fn fail(call_id: String, reason: &str, out: &mut Vec<StreamEvent>) {
+fn fail(call_id: CallId, reason: &str, out: &mut Vec<StreamEvent>) {
     out.push(StreamEvent::ToolCallFailed {
         call_id,
         reason: reason.to_owned(),

@@ -1,7 +1,13 @@
 //! The one event enum every decoder produces.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
+
+/// A tool call's id: the provider's, or `xml_call_N` for XML calls. Shared,
+/// because every event of a call carries it.
+pub type CallId = Arc<str>;
 
 /// What a decoder learned from the bytes it was fed, in input order.
 ///
@@ -18,40 +24,40 @@ pub enum StreamEvent {
     /// Reasoning ("thinking") text, kept apart from the answer.
     ReasoningDelta { text: String },
     /// XML only: `<tool_call>` has been seen; name not known yet.
-    ToolCallOpened { call_id: String },
+    ToolCallOpened { call_id: CallId },
     /// The tool's name is complete.
     ToolCallStarted {
-        call_id: String,
+        call_id: CallId,
         name: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         server: Option<String>,
     },
     /// Raw argument text (JSON source) as it streams.
-    ArgumentsDelta { call_id: String, fragment: String },
+    ArgumentsDelta { call_id: CallId, fragment: String },
     /// Decoded characters appended to a top-level string field that is
     /// still streaming.
     ArgumentFieldDelta {
-        call_id: String,
-        key: String,
+        call_id: CallId,
+        key: Arc<str>,
         fragment: String,
     },
     /// A top-level field of the arguments object whose value is complete.
     ArgumentField {
-        call_id: String,
-        key: String,
+        call_id: CallId,
+        key: Arc<str>,
         value: Value,
     },
     /// The call is closed by the provider and its arguments are a valid
     /// JSON object (or, for free-form custom tools, a JSON string).
     ToolCallReady {
-        call_id: String,
+        call_id: CallId,
         name: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         server: Option<String>,
         arguments: Value,
     },
     /// The call cannot be run; `reason` says why.
-    ToolCallFailed { call_id: String, reason: String },
+    ToolCallFailed { call_id: CallId, reason: String },
     /// Token counts reported by the provider.
     Usage(Usage),
     /// The provider says the message is over.

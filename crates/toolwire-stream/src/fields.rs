@@ -8,6 +8,8 @@
 //! judge: the call's arguments are validated as a whole when the call
 //! closes. On the first byte it cannot accept it stops reporting.
 
+use std::sync::Arc;
+
 use memchr::memchr2;
 use serde_json::Value;
 
@@ -17,9 +19,9 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldEvent {
     /// Decoded characters appended to the string value of `key`.
-    Delta { key: String, fragment: String },
+    Delta { key: Arc<str>, fragment: String },
     /// The value of `key` is complete.
-    Complete { key: String, value: Value },
+    Complete { key: Arc<str>, value: Value },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +62,10 @@ struct Unescape {
 #[derive(Debug)]
 pub struct ArgumentFieldParser {
     state: State,
+    /// The key being decoded.
     key: String,
+    /// The key of the current value, shared by its events.
+    field: Arc<str>,
     /// Decoded string value, or the source text of a nested/scalar value.
     value: String,
     /// How much of a string `value` has been reported as deltas.
@@ -84,6 +89,7 @@ impl ArgumentFieldParser {
         ArgumentFieldParser {
             state: State::Start,
             key: String::new(),
+            field: Arc::from(""),
             value: String::new(),
             reported: 0,
             unescape: Unescape::default(),
@@ -167,7 +173,7 @@ impl ArgumentFieldParser {
                 (State::Value, _) => {
                     let reason = format!(
                         "the value of `{}` cannot start with {}",
-                        self.key,
+                        self.field,
                         describe_byte(text, i - 1)
                     );
                     self.fail(&reason);
@@ -193,14 +199,14 @@ impl ArgumentFieldParser {
                 out.push((
                     end,
                     FieldEvent::Complete {
-                        key: self.key.clone(),
+                        key: self.field.clone(),
                         value,
                     },
                 ));
                 self.state = State::AfterValue;
             }
             Err(e) => {
-                let reason = format!("field `{}` is not valid JSON: {e}", self.key);
+                let reason = format!("field `{}` is not valid JSON: {e}", self.field);
                 self.fail(&reason);
             }
         }
@@ -220,7 +226,7 @@ impl ArgumentFieldParser {
             out.push((
                 next,
                 FieldEvent::Complete {
-                    key: self.key.clone(),
+                    key: self.field.clone(),
                     value,
                 },
             ));
@@ -236,7 +242,7 @@ impl ArgumentFieldParser {
             out.push((
                 end,
                 FieldEvent::Delta {
-                    key: self.key.clone(),
+                    key: self.field.clone(),
                     fragment: self.value[self.reported..].to_owned(),
                 },
             ));
@@ -249,6 +255,7 @@ impl ArgumentFieldParser {
         let (next, closed) = self.unescape_into(text, i, &mut key);
         self.key = key;
         if closed {
+            self.field = Arc::from(self.key.as_str());
             self.state = State::Colon;
         }
         next
@@ -444,7 +451,7 @@ mod tests {
         events
             .iter()
             .filter_map(|e| match e {
-                FieldEvent::Complete { key, value } => Some((key.clone(), value.clone())),
+                FieldEvent::Complete { key, value } => Some((key.to_string(), value.clone())),
                 FieldEvent::Delta { .. } => None,
             })
             .collect()
@@ -486,17 +493,17 @@ mod tests {
         let diff: String = events
             .iter()
             .filter_map(|e| match e {
-                FieldEvent::Delta { key, fragment } if key == "diff" => Some(fragment.as_str()),
+                FieldEvent::Delta { key, fragment } if &**key == "diff" => Some(fragment.as_str()),
                 _ => None,
             })
             .collect();
         assert_eq!(diff, "line1\nline2!");
         let path_done = events
             .iter()
-            .position(|e| matches!(e, FieldEvent::Complete { key, .. } if key == "path"));
+            .position(|e| matches!(e, FieldEvent::Complete { key, .. } if &**key == "path"));
         let diff_first = events
             .iter()
-            .position(|e| matches!(e, FieldEvent::Delta { key, .. } if key == "diff"));
+            .position(|e| matches!(e, FieldEvent::Delta { key, .. } if &**key == "diff"));
         assert!(path_done < diff_first);
     }
 

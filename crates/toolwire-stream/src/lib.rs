@@ -28,7 +28,7 @@ pub mod sse;
 mod xml;
 
 pub use anthropic::AnthropicDecoder;
-pub use event::{FinishReason, StreamEvent, Usage};
+pub use event::{CallId, FinishReason, StreamEvent, Usage};
 pub use fields::{ArgumentFieldParser, FieldEvent};
 pub use openai_chat::OpenAiChatDecoder;
 pub use openai_responses::OpenAiResponsesDecoder;

@@ -18,7 +18,7 @@ use memchr::{memchr, memchr2, memchr3, memrchr};
 
 use crate::Decoder;
 use crate::calls::{ArgumentKind, CallAssembler};
-use crate::event::StreamEvent;
+use crate::event::{CallId, StreamEvent};
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -303,7 +303,7 @@ impl XmlToolCallParser {
     fn open_call(&mut self, out: &mut Vec<StreamEvent>) {
         self.flush_text(out);
         self.calls_opened += 1;
-        let id = format!("xml_call_{}", self.calls_opened);
+        let id: CallId = format!("xml_call_{}", self.calls_opened).into();
         out.push(StreamEvent::ToolCallOpened {
             call_id: id.clone(),
         });

@@ -95,12 +95,12 @@ fn anthropic_large_diff_reports_path_first() {
     let events = feed_sizes(f.format, &f.bytes, &[4096]);
     let path_at = events
         .iter()
-        .find(|(_, e)| matches!(e, StreamEvent::ArgumentField { key, .. } if key == "path"))
+        .find(|(_, e)| matches!(e, StreamEvent::ArgumentField { key, .. } if &**key == "path"))
         .map(|(o, _)| *o)
         .unwrap();
     let diff_at = events
         .iter()
-        .find(|(_, e)| matches!(e, StreamEvent::ArgumentField { key, .. } if key == "diff"))
+        .find(|(_, e)| matches!(e, StreamEvent::ArgumentField { key, .. } if &**key == "diff"))
         .map(|(o, _)| *o)
         .unwrap();
     assert!(path_at < 8192, "path known at byte {path_at}");
@@ -108,7 +108,7 @@ fn anthropic_large_diff_reports_path_first() {
     let streamed: String = events
         .iter()
         .filter_map(|(_, e)| match e {
-            StreamEvent::ArgumentFieldDelta { key, fragment, .. } if key == "diff" => {
+            StreamEvent::ArgumentFieldDelta { key, fragment, .. } if &**key == "diff" => {
                 Some(fragment.as_str())
             }
             _ => None,

@@ -122,7 +122,7 @@ pub fn canonical(events: &[(usize, StreamEvent)]) -> Vec<(usize, StreamEvent)> {
             | StreamEvent::ArgumentFieldDelta { call_id, .. } => {
                 let mut j = i;
                 let mut raw = String::new();
-                let mut fields: Vec<(String, String)> = Vec::new();
+                let mut fields: Vec<(std::sync::Arc<str>, String)> = Vec::new();
                 let mut last = *off;
                 while j < events.len() {
                     match &events[j].1 {
