@@ -477,6 +477,29 @@ fn median_time(runs: usize, mut f: impl FnMut() -> usize) -> Duration {
     times[times.len() / 2]
 }
 
+/// Medians of `rounds` timed calls of each of `fs`, run in turns (one call
+/// of each per round) after one warm-up round.
+fn median_times_interleaved<const N: usize>(
+    rounds: usize,
+    mut fs: [&mut dyn FnMut() -> usize; N],
+) -> [Duration; N] {
+    for f in fs.iter_mut() {
+        black_box(f());
+    }
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        for (f, t) in fs.iter_mut().zip(times.iter_mut()) {
+            let start = Instant::now();
+            black_box(f());
+            t.push(start.elapsed());
+        }
+    }
+    times.map(|mut t| {
+        t.sort();
+        t[t.len() / 2]
+    })
+}
+
 fn mb_per_s(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64() / 1e6
 }
@@ -559,19 +582,31 @@ fn bench_growth(c: &mut Criterion) {
     ]) {
         let small = sizes[0].1.as_bytes();
         let large = sizes[1].1.as_bytes();
-        let t_small = median_time(31, || run_ours(small, CHUNK));
-        let t_large = median_time(11, || run_ours(large, CHUNK));
+        // A third, larger point shows whether any excess is a trend.
+        let xl_input = tool_traffic(4 * MIB);
+        let xl = xl_input.as_bytes();
+        // Interleaved rounds, so background load hits every size alike.
+        let [t_small, t_large, t_xl] = median_times_interleaved(
+            21,
+            [
+                &mut || run_ours(small, CHUNK),
+                &mut || run_ours(large, CHUNK),
+                &mut || run_ours(xl, CHUNK),
+            ],
+        );
         let ratio = t_large.as_secs_f64() / t_small.as_secs_f64();
+        let ns_per_byte = |bytes: &[u8], t: Duration| t.as_secs_f64() * 1e9 / bytes.len() as f64;
         eprintln!(
-            "\n[direct] growth, tool-call traffic, {CHUNK}-byte chunks: \
-             100 KiB ({} B) {:?} ({:.0} MB/s), 1 MiB ({} B) {:?} ({:.0} MB/s); \
+            "\n[direct] growth, tool-call traffic, {CHUNK}-byte chunks (medians of 21 \
+             interleaved runs): 100 KiB {t_small:?} ({:.0} MB/s, {:.2} ns/B), \
+             1 MiB {t_large:?} ({:.0} MB/s, {:.2} ns/B), 4 MiB {t_xl:?} ({:.0} MB/s, {:.2} ns/B); \
              time ratio 1MiB/100KiB = {ratio:.2} (size ratio {:.2}; target 8..=12: {})\n",
-            small.len(),
-            t_small,
             mb_per_s(small.len(), t_small),
-            large.len(),
-            t_large,
+            ns_per_byte(small, t_small),
             mb_per_s(large.len(), t_large),
+            ns_per_byte(large, t_large),
+            mb_per_s(xl.len(), t_xl),
+            ns_per_byte(xl, t_xl),
             large.len() as f64 / small.len() as f64,
             if (8.0..=12.0).contains(&ratio) {
                 "MET"

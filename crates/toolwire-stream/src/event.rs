@@ -69,6 +69,15 @@ pub enum StreamEvent {
 }
 
 impl StreamEvent {
+    /// The prose of a `TextDelta`, so text can be gathered with
+    /// `events.iter().filter_map(StreamEvent::text)`.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            StreamEvent::TextDelta { text } => Some(text),
+            _ => None,
+        }
+    }
+
     /// The `type` tag this event carries when serialized.
     pub fn kind(&self) -> &'static str {
         match self {

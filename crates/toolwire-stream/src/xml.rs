@@ -778,13 +778,7 @@ mod tests {
     }
 
     fn text_of(events: &[StreamEvent]) -> String {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::TextDelta { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        events.iter().filter_map(StreamEvent::text).collect()
     }
 
     #[test]

@@ -127,10 +127,7 @@ proptest! {
         // Text without a complete `<tool_call>` is all prose, byte for byte.
         prop_assume!(!text.contains("<tool_call>"));
         let events = feed_sizes(Format::Xml, text.as_bytes(), &sizes);
-        let prose: String = events.iter().filter_map(|(_, e)| match e {
-            toolwire_stream::StreamEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        }).collect();
+        let prose: String = events.iter().filter_map(|(_, e)| e.text()).collect();
         prop_assert_eq!(prose, text);
     }
 }

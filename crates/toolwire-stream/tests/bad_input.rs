@@ -28,13 +28,7 @@ fn messages(events: &[StreamEvent]) -> Vec<String> {
 }
 
 fn text(events: &[StreamEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    events.iter().filter_map(StreamEvent::text).collect()
 }
 
 #[test]

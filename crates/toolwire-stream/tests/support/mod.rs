@@ -85,20 +85,7 @@ pub fn feed_cuts(format: Format, input: &[u8], cuts: &[usize]) -> Vec<(usize, St
     if sizes.is_empty() {
         sizes.push(1);
     }
-    let mut decoder = decoder_for(format);
-    let mut out = Vec::new();
-    let mut pos = 0;
-    for n in sizes {
-        pos += n;
-        out.extend(
-            decoder
-                .feed(&input[pos - n..pos])
-                .into_iter()
-                .map(|e| (pos, e)),
-        );
-    }
-    out.extend(decoder.finish().into_iter().map(|e| (pos, e)));
-    out
+    feed_sizes(format, input, &sizes)
 }
 
 pub fn whole(format: Format, input: &[u8]) -> Vec<StreamEvent> {
