@@ -133,12 +133,19 @@ impl FrameHandler for MessageState {
     }
 
     fn end(&mut self, out: &mut Vec<StreamEvent>) {
-        self.stop(out);
+        // A stream cut before `message_stop` has not finished: open calls
+        // fail, and `Finished` comes only if the provider gave a reason.
+        if self.stop_reason.is_some() || !self.calls.is_empty() {
+            self.stop(out);
+        }
     }
 }
 
 impl MessageState {
     fn handle(&mut self, ev: Event, out: &mut Vec<StreamEvent>) {
+        if self.finished {
+            return; // nothing is meant to follow `message_stop`
+        }
         match ev.kind.as_str() {
             "message_start" => {
                 if let Some(usage) = ev.message.and_then(|m| m.usage) {
@@ -249,9 +256,6 @@ impl MessageState {
 
     /// The message is over: open calls fail, then `Finished`.
     fn stop(&mut self, out: &mut Vec<StreamEvent>) {
-        if self.finished {
-            return;
-        }
         if !self.calls.is_empty() {
             let reason = match &self.stop_reason {
                 Some(r) => format!("the message stopped ({r}) before the tool call was closed"),
@@ -259,10 +263,13 @@ impl MessageState {
             };
             self.calls.fail_all(&reason, out);
         }
-        if let Some(reason) = self.stop_reason.as_deref() {
+        if !self.finished {
             self.finished = true;
             out.push(StreamEvent::Finished {
-                reason: stop_reason(reason),
+                reason: self
+                    .stop_reason
+                    .as_deref()
+                    .map_or(FinishReason::Unspecified, stop_reason),
             });
         }
     }

@@ -218,6 +218,9 @@ impl ArgumentFieldParser {
         let (next, closed) = self.unescape_into(text, i, &mut value);
         self.value = value;
         if self.state == State::Failed {
+            // What was decoded before the bad byte is reported, as it would
+            // have been had the chunk ended just before it.
+            self.flush_delta(next, out);
             return text.len();
         }
         if closed {
@@ -326,6 +329,7 @@ impl ArgumentFieldParser {
             let run_end = memchr2(b'"', b'\\', &bytes[i..]).map_or(bytes.len(), |p| i + p);
             let run = &text[i..run_end];
             if let Some(p) = run.bytes().position(|b| b < 0x20) {
+                dst.push_str(&run[..p]);
                 self.fail(&format!(
                     "unescaped control character {} in a JSON string",
                     describe_byte(text, i + p)

@@ -201,3 +201,12 @@ pub(crate) fn excerpt(text: &str) -> String {
         None => text.to_owned(),
     }
 }
+
+/// The human part of an OpenAI-style error object.
+pub(crate) fn error_message(error: &Value) -> String {
+    error
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| error.to_string())
+}

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::calls::{ArgumentKind, CallAssembler, OpenCalls};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::framing::{FrameHandler, framed_decoder, parse_data};
+use crate::framing::{FrameHandler, error_message, framed_decoder, parse_data};
 use crate::sse::SseEvent;
 
 framed_decoder!(
@@ -198,8 +198,9 @@ impl ChatState {
             } else {
                 self.calls.close_all(out);
             }
-            self.finished = true;
-            out.push(StreamEvent::Finished { reason });
+            if !std::mem::replace(&mut self.finished, true) {
+                out.push(StreamEvent::Finished { reason });
+            }
         }
     }
 
@@ -243,13 +244,4 @@ fn finish_reason(reason: &str) -> FinishReason {
         "content_filter" => FinishReason::ContentFilter,
         other => FinishReason::Other(other.to_owned()),
     }
-}
-
-/// The human part of an OpenAI-style error object.
-pub(crate) fn error_message(error: &Value) -> String {
-    error
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| error.to_string())
 }

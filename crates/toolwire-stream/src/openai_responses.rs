@@ -11,8 +11,7 @@ use serde_json::Value;
 
 use crate::calls::{ArgumentKind, CallAssembler, OpenCalls};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::framing::{FrameHandler, framed_decoder, parse_data};
-use crate::openai_chat::error_message;
+use crate::framing::{FrameHandler, error_message, framed_decoder, parse_data};
 use crate::sse::SseEvent;
 
 framed_decoder!(
@@ -163,7 +162,7 @@ impl ResponsesState {
             }
             "response.output_item.done" => {
                 if let Some(item) = &ev.item
-                    && let Some(id) = &item.id
+                    && let Some(id) = item.id.as_ref().or(item.call_id.as_ref())
                 {
                     let whole = item.arguments.as_deref().or(item.input.as_deref());
                     self.close(id, whole, out);

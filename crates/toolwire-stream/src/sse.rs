@@ -28,6 +28,8 @@ pub enum SseError {
     InvalidUtf8 { line: u64, column: usize },
     #[error("SSE line {line} is longer than the {limit}-byte limit; line dropped")]
     LineTooLong { line: u64, limit: usize },
+    #[error("SSE event ending at line {line} has more than {limit} bytes of data; event dropped")]
+    EventTooLarge { line: u64, limit: usize },
 }
 
 /// Incremental SSE decoder.
@@ -46,6 +48,8 @@ pub struct SseDecoder {
     event_type: Option<String>,
     data: String,
     has_data: bool,
+    /// The event's data went over the limit; it is dropped at dispatch.
+    oversized: bool,
     last_id: Option<String>,
 }
 
@@ -72,12 +76,16 @@ impl SseDecoder {
             event_type: None,
             data: String::new(),
             has_data: false,
+            oversized: false,
             last_id: None,
         }
     }
 
     /// Decodes a chunk, pushing every event it completes onto `out`.
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<Result<SseEvent, SseError>>) {
+        if chunk.is_empty() {
+            return; // an empty chunk must not end a pending CR's line
+        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = chunk.strip_prefix(b"\n") {
@@ -180,6 +188,17 @@ impl SseDecoder {
         match field {
             "event" => self.event_type = Some(value.to_owned()),
             "data" => {
+                if self.oversized {
+                    return;
+                }
+                let separator = usize::from(self.has_data);
+                if self.data.len() + separator + value.len() > self.max_line {
+                    // The line limit also bounds an event made of many lines.
+                    self.oversized = true;
+                    self.has_data = true;
+                    self.data.clear();
+                    return;
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -194,6 +213,13 @@ impl SseDecoder {
     fn dispatch(&mut self, out: &mut Vec<Result<SseEvent, SseError>>) {
         let event = self.event_type.take();
         if !std::mem::take(&mut self.has_data) {
+            return;
+        }
+        if std::mem::take(&mut self.oversized) {
+            out.push(Err(SseError::EventTooLarge {
+                line: self.line_no.saturating_sub(1),
+                limit: self.max_line,
+            }));
             return;
         }
         out.push(Ok(SseEvent {
@@ -284,6 +310,29 @@ mod tests {
                 ev(None, "ok", None)
             ]
         );
+    }
+
+    #[test]
+    fn many_data_lines_are_bounded_like_one_line() {
+        let mut d = SseDecoder::with_max_line(16);
+        let mut out = Vec::new();
+        d.feed(
+            b"data: 0123456789\ndata: 0123456789\n\ndata: ok\n\n",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                Err(SseError::EventTooLarge { line: 3, limit: 16 }),
+                ev(None, "ok", None)
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_chunk_between_cr_and_lf_changes_nothing() {
+        let split = decode(&[b"data: a\r", b"", b"\ndata: b\r\n\r\n"]);
+        assert_eq!(split, vec![ev(None, "a\nb", None)]);
     }
 
     #[test]

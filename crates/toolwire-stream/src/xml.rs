@@ -31,6 +31,16 @@ const MAX_NAME: usize = 256;
 /// Longest entity reference (`&#x10FFFF;`).
 const MAX_ENTITY: usize = 10;
 
+/// How a held `<…` compares with the tags expected in its place.
+enum TagMatch {
+    /// The last byte completed a tag (already acted on).
+    Complete,
+    /// The last byte broke the match; it must be read again.
+    Broken,
+    /// Still a prefix of some tag.
+    Prefix,
+}
+
 /// Where the parser is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -70,8 +80,15 @@ enum Code {
     Prose,
     /// Inside inline code opened by this many backticks.
     Inline(usize),
+    /// On the line of a backtick fence opener: a fence if the line ends
+    /// without another backtick (an info string may not hold one), else
+    /// inline code, as in "```ls```".
+    FenceInfo(usize),
     /// Inside a fenced block opened by this many of this byte.
     Fence(u8, usize),
+    /// After a closing-fence run: it closes only if the rest of its line
+    /// is blank ("``` x" is content).
+    FenceCloseTail(u8, usize),
 }
 
 #[derive(Debug)]
@@ -109,10 +126,20 @@ impl Markdown {
     /// A run of `count` × `byte` ended.
     fn end_run(&mut self, byte: u8, count: usize, line_start: bool) {
         self.code = match self.code {
+            Code::Prose if line_start && count >= 3 && byte == b'`' => Code::FenceInfo(count),
             Code::Prose if line_start && count >= 3 => Code::Fence(byte, count),
             Code::Prose if byte == b'`' => Code::Inline(count),
             Code::Inline(n) if byte == b'`' && count == n => Code::Prose,
-            Code::Fence(b, n) if byte == b && line_start && count >= n => Code::Prose,
+            Code::FenceInfo(n) if byte == b'`' => {
+                if count == n {
+                    Code::Prose
+                } else {
+                    Code::Inline(n)
+                }
+            }
+            Code::Fence(b, n) if byte == b && line_start && count >= n => {
+                Code::FenceCloseTail(b, n)
+            }
             same => same,
         };
         self.indent = None;
@@ -205,7 +232,11 @@ impl XmlToolCallParser {
                 if self.mode == Mode::ArgsText && held.starts_with('&') {
                     self.args.push_str(&held);
                 }
-                self.fail_call("the text ended inside <tool_call> (no </tool_call>)", out);
+                self.malformed(
+                    "the text ended inside <tool_call> (no </tool_call>)",
+                    &held,
+                    out,
+                );
             }
         }
         self.mode = Mode::Text;
@@ -231,7 +262,7 @@ impl XmlToolCallParser {
         self.args.clear();
     }
 
-    /// Marks the `<`, `&` or `]` at `p` as the start of a held token.
+    /// Holds the `<` at `p` as the start of a tag; returns where to go on.
     fn start_token(&mut self, p: usize) -> usize {
         self.held.push('<');
         p + 1
@@ -252,11 +283,14 @@ impl XmlToolCallParser {
             self.md.run = None;
             self.md.end_run(byte, count + n, line_start);
         }
+        if let Code::FenceCloseTail(byte, n) = self.md.code {
+            return self.fence_close_tail(s, i, byte, n);
+        }
         let rest = &b[i..];
         let found = match self.md.code {
             Code::Prose => memchr3(b'<', b'`', b'~', rest),
-            Code::Inline(_) => memchr2(b'`', b'\n', rest),
-            Code::Fence(byte, _) => memchr(byte, rest),
+            Code::Inline(_) | Code::FenceInfo(_) => memchr2(b'`', b'\n', rest),
+            Code::Fence(byte, _) | Code::FenceCloseTail(byte, _) => memchr(byte, rest),
         };
         let Some(off) = found else {
             self.text.push_str(&s[i..]);
@@ -272,13 +306,42 @@ impl XmlToolCallParser {
                 // Inline code does not run past its line: an unmatched
                 // backtick would otherwise hide every later call.
                 self.text.push('\n');
-                self.md.code = Code::Prose;
+                self.md.code = match self.md.code {
+                    Code::FenceInfo(n) => Code::Fence(b'`', n),
+                    _ => Code::Prose,
+                };
                 self.md.indent = Some(0);
                 p + 1
             }
             byte => {
                 self.md.run = Some((byte, 0, self.md.indent.is_some()));
                 p
+            }
+        }
+    }
+
+    /// Reads what follows a closing-fence run: blanks then a line end close
+    /// the fence; anything else keeps it open.
+    fn fence_close_tail(&mut self, s: &str, i: usize, byte: u8, n: usize) -> usize {
+        let b = s.as_bytes();
+        let blanks = b[i..]
+            .iter()
+            .take_while(|c| matches!(c, b' ' | b'\t' | b'\r'))
+            .count();
+        let j = i + blanks;
+        self.text.push_str(&s[i..j]);
+        match b.get(j) {
+            None => j,
+            Some(b'\n') => {
+                self.text.push('\n');
+                self.md.code = Code::Prose;
+                self.md.indent = Some(0);
+                j + 1
+            }
+            Some(_) => {
+                self.md.code = Code::Fence(byte, n);
+                self.md.indent = None;
+                j
             }
         }
     }
@@ -334,20 +397,34 @@ impl XmlToolCallParser {
         if b[j] == b'<' {
             return self.start_token(j);
         }
-        if seen {
-            self.fail_call(
-                &format!("unexpected text {} inside <tool_call>", quote_char(&s[j..])),
-                out,
-            );
-            self.mode = Mode::Skip;
+        let reason = if seen {
+            format!("unexpected text {} inside <tool_call>", quote_char(&s[j..]))
         } else {
-            // `<tool_call>` followed by words: it was prose.
-            self.fail_call("`<tool_call>` was followed by text, not a tool call", out);
-            let raw = std::mem::take(&mut self.raw_open);
+            "`<tool_call>` was followed by text, not a tool call".to_owned()
+        };
+        // The offending byte is read again, as prose if it is.
+        self.malformed(&reason, "", out);
+        j
+    }
+
+    /// The open call is malformed. Before its first element it was prose
+    /// all along (`<tool_call>` named in a sentence): its bytes and `tail`
+    /// come back as text. Later, the rest of the call is skipped.
+    fn malformed(&mut self, reason: &str, tail: &str, out: &mut Vec<StreamEvent>) {
+        let prose = self.mode
+            == Mode::Between {
+                seen_element: false,
+            };
+        self.fail_call(reason, out);
+        if prose {
+            let mut raw = std::mem::take(&mut self.raw_open);
+            raw.push_str(tail);
+            self.md.pass(raw.as_bytes());
             self.text.push_str(&raw);
             self.mode = Mode::Text;
+        } else {
+            self.mode = Mode::Skip;
         }
-        j
     }
 
     fn name_text(&mut self, s: &str, i: usize, out: &mut Vec<StreamEvent>) -> usize {
@@ -443,19 +520,19 @@ impl XmlToolCallParser {
                 }
                 (Mode::ArgsText | Mode::Skip, _) => {
                     self.held.push(c as char);
-                    if let Some(next) = self.known_tag_prefix(out) {
-                        return if next { i + 1 } else { i };
+                    match self.known_tag_prefix(out) {
+                        TagMatch::Complete => return i + 1,
+                        TagMatch::Broken => return i,
+                        TagMatch::Prefix => {}
                     }
                 }
                 (Mode::Between { .. } | Mode::Name(_), _) => {
-                    // `c` may be any byte of a UTF-8 sequence: push by slice.
-                    let w = utf8_width(c);
-                    let end = (i + w).min(b.len());
-                    match s.get(i..end) {
-                        Some(piece) => self.held.push_str(piece),
-                        None => self.held.push('\u{fffd}'),
-                    }
-                    i = end;
+                    // Tags may hold any character; `i` stays on boundaries.
+                    let Some(ch) = s.get(i..).and_then(|rest| rest.chars().next()) else {
+                        return b.len();
+                    };
+                    self.held.push(ch);
+                    i += ch.len_utf8();
                     if c == b'>' {
                         let tag = std::mem::take(&mut self.held);
                         self.element_tag(&tag, out);
@@ -463,11 +540,9 @@ impl XmlToolCallParser {
                     }
                     if self.held.len() > MAX_TAG {
                         let tag = std::mem::take(&mut self.held);
-                        self.fail_call(
-                            &format!("malformed tag {} inside <tool_call>", quote_str(&tag)),
-                            out,
-                        );
-                        self.mode = Mode::Skip;
+                        let reason =
+                            format!("malformed tag {} inside <tool_call>", quote_str(&tag));
+                        self.malformed(&reason, &tag, out);
                         return i;
                     }
                     continue;
@@ -506,30 +581,28 @@ impl XmlToolCallParser {
     }
 
     /// Inside arguments text or while skipping, `<` may begin one of a
-    /// few known tags; anything else is content. `Some(true)`: the last
-    /// byte completed a tag; `Some(false)`: it broke the match and must be
-    /// read again; `None`: still a prefix.
-    fn known_tag_prefix(&mut self, out: &mut Vec<StreamEvent>) -> Option<bool> {
+    /// few known tags; anything else is content. `</tool_call>` also ends
+    /// arguments whose `</arguments>` the model forgot.
+    fn known_tag_prefix(&mut self, out: &mut Vec<StreamEvent>) -> TagMatch {
         let candidates: &[&str] = if self.mode == Mode::Skip {
             &[CLOSE, OPEN]
         } else {
-            &[CDATA_OPEN, ARGS_CLOSE, OPEN]
+            &[CDATA_OPEN, ARGS_CLOSE, OPEN, CLOSE]
         };
         let held = self.held.as_str();
         if let Some(&tag) = candidates.iter().find(|t| **t == held) {
             self.held.clear();
             match tag {
                 CDATA_OPEN => self.mode = Mode::CData,
-                ARGS_CLOSE => {
-                    self.mode = Mode::Between { seen_element: true };
-                }
-                CLOSE => self.mode = Mode::Text,
+                ARGS_CLOSE => self.mode = Mode::Between { seen_element: true },
+                CLOSE if self.mode == Mode::Skip => self.mode = Mode::Text,
+                CLOSE => self.close_call(out),
                 _ => self.nested_open(out),
             }
-            return Some(true);
+            return TagMatch::Complete;
         }
         if candidates.iter().any(|t| t.starts_with(held)) {
-            return None;
+            return TagMatch::Prefix;
         }
         // Give back all but the last byte, which is read again.
         let mut held = std::mem::take(&mut self.held);
@@ -537,7 +610,16 @@ impl XmlToolCallParser {
         if self.mode == Mode::ArgsText {
             self.args.push_str(&held);
         }
-        Some(false)
+        TagMatch::Broken
+    }
+
+    /// `</tool_call>`: the call is complete.
+    fn close_call(&mut self, out: &mut Vec<StreamEvent>) {
+        self.flush_args(out);
+        if let Some(call) = self.call.take() {
+            call.close(out);
+        }
+        self.mode = Mode::Text;
     }
 
     /// A complete tag between elements or after a name.
@@ -561,25 +643,13 @@ impl XmlToolCallParser {
             "<server_name>" => self.begin_name(NameKind::Server),
             "<tool_name>" => self.begin_name(NameKind::Tool),
             "<arguments>" if named => self.mode = Mode::ArgsText,
-            "<arguments>" => {
-                self.fail_call("<arguments> came before <tool_name>", out);
-                self.mode = Mode::Skip;
-            }
+            "<arguments>" => self.malformed("<arguments> came before <tool_name>", tag, out),
             "<arguments/>" => self.mode = Mode::Between { seen_element: true },
-            CLOSE => {
-                self.flush_args(out);
-                if let Some(call) = self.call.take() {
-                    call.close(out);
-                }
-                self.mode = Mode::Text;
-            }
+            CLOSE => self.close_call(out),
             OPEN => self.nested_open(out),
             other => {
-                self.fail_call(
-                    &format!("unknown element {} inside <tool_call>", quote_str(other)),
-                    out,
-                );
-                self.mode = Mode::Skip;
+                let reason = format!("unknown element {} inside <tool_call>", quote_str(other));
+                self.malformed(&reason, other, out);
             }
         }
     }
@@ -701,17 +771,6 @@ impl Decoder for XmlTextDecoder {
     }
 }
 
-/// Byte length of the UTF-8 sequence that starts with `b` (1 for a stray
-/// continuation byte, which cannot occur in a `str` boundary anyway).
-fn utf8_width(b: u8) -> usize {
-    match b {
-        0xF0..=0xF7 => 4,
-        0xE0..=0xEF => 3,
-        0xC0..=0xDF => 2,
-        _ => 1,
-    }
-}
-
 /// Decodes the XML entity named `name` (without `&` and `;`).
 fn decode_entity(name: &str) -> Option<char> {
     match name {
@@ -824,6 +883,58 @@ mod tests {
             out.iter()
                 .any(|e| matches!(e, StreamEvent::ToolCallReady { .. }))
         );
+    }
+
+    fn kinds(events: &[StreamEvent]) -> Vec<&'static str> {
+        events.iter().map(StreamEvent::kind).collect()
+    }
+
+    #[test]
+    fn backticks_after_an_opening_run_make_inline_code_not_a_fence() {
+        let call = "<tool_call><tool_name>t</tool_name></tool_call>";
+        for prefix in ["```ls```\n", "```x`y\n"] {
+            let out = events(&format!("{prefix}{call}"));
+            assert!(
+                kinds(&out).contains(&"tool_call_ready"),
+                "{prefix:?}: {out:?}"
+            );
+            assert_eq!(text_of(&out), prefix);
+        }
+    }
+
+    #[test]
+    fn a_closing_fence_with_trailing_text_does_not_close() {
+        let input = "```\na\n``` x\n<tool_call><tool_name>t</tool_name></tool_call>";
+        let out = events(input);
+        assert_eq!(text_of(&out), input);
+        let input = "```\na\n```  \n<tool_call><tool_name>t</tool_name></tool_call>";
+        assert!(kinds(&events(input)).contains(&"tool_call_ready"));
+    }
+
+    #[test]
+    fn a_failure_before_the_first_element_gives_the_prose_back() {
+        let input = "Use <tool_call> <em>bold</em> text. More prose.";
+        let out = events(input);
+        assert_eq!(text_of(&out), input);
+        assert_eq!(
+            kinds(&out)
+                .iter()
+                .filter(|k| **k == "tool_call_failed")
+                .count(),
+            1
+        );
+        let out = events("hi <tool_call>");
+        assert_eq!(text_of(&out), "hi <tool_call>");
+    }
+
+    #[test]
+    fn a_missing_arguments_close_is_forgiven() {
+        let input = "<tool_call><tool_name>t</tool_name><arguments>{\"a\":1}</tool_call> after";
+        let out = events(input);
+        assert!(out.iter().any(
+            |e| matches!(e, StreamEvent::ToolCallReady { arguments, .. } if arguments["a"] == 1)
+        ));
+        assert_eq!(text_of(&out), " after");
     }
 
     #[test]

@@ -54,6 +54,12 @@ const PIECES: &[&str] = &[
     "true",
     "-1.5e3",
     "null",
+    "\\ud83dy",
+    "\\q",
+    "\u{1}",
+    "\t",
+    "```ls```",
+    "``` x",
     " ",
     "é",
     "日本",
@@ -110,7 +116,7 @@ proptest! {
     fn arbitrary_input_any_chunking_same_events(
         format in format(),
         bytes in input(),
-        sizes in prop::collection::vec(1usize..=17, 1..8),
+        sizes in prop::collection::vec(0usize..=17, 1..8),
     ) {
         let whole = canonical(&feed_sizes(format, &bytes, &[bytes.len().max(1)]));
         let chunked = canonical(&feed_sizes(format, &bytes, &sizes));

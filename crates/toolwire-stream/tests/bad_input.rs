@@ -177,3 +177,30 @@ fn nothing_after_done_is_read() {
     let events = run(Format::OpenAiChat, input.as_bytes());
     assert_eq!(text(&events), "");
 }
+
+#[test]
+fn nothing_after_message_stop_is_read_and_finished_comes_once() {
+    let input = "data: {\"type\":\"message_stop\"}\n\n\
+                 data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"rm\",\"input\":{}}}\n\n";
+    let events = run(Format::Anthropic, input.as_bytes());
+    assert_eq!(
+        events,
+        [StreamEvent::Finished {
+            reason: toolwire_stream::FinishReason::Unspecified
+        }]
+    );
+}
+
+#[test]
+fn a_repeated_finish_reason_finishes_once() {
+    let finish = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    let input = format!("{finish}{finish}data: [DONE]\n\n");
+    let events = run(Format::OpenAiChat, input.as_bytes());
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Finished { .. }))
+            .count(),
+        1
+    );
+}

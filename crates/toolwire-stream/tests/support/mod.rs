@@ -51,14 +51,19 @@ pub fn fixture(name: &str) -> Fixture {
 }
 
 /// Feeds `input` split at the given chunk sizes (cycled), then finishes.
-/// Each event comes with the number of bytes fed when it was emitted.
+/// A size of 0 feeds an empty chunk first, then one byte. Each event comes
+/// with the number of bytes fed when it was emitted.
 pub fn feed_sizes(format: Format, input: &[u8], sizes: &[usize]) -> Vec<(usize, StreamEvent)> {
     let mut decoder = decoder_for(format);
     let mut out = Vec::new();
     let mut pos = 0;
     let mut k = 0;
     while pos < input.len() {
-        let n = sizes[k % sizes.len()].max(1).min(input.len() - pos);
+        let size = sizes[k % sizes.len()];
+        if size == 0 {
+            out.extend(decoder.feed(&[]).into_iter().map(|e| (pos, e)));
+        }
+        let n = size.max(1).min(input.len() - pos);
         k += 1;
         pos += n;
         out.extend(
