@@ -1,0 +1,25 @@
+//! # toolwire-core
+//!
+//! **Owns** toolwire's domain: ids ([`ids`]), messages and content blocks
+//! ([`message`]), the conversation tree and its rules ([`tree`]), agent
+//! events ([`event`]) and model pricing ([`pricing`]).
+//!
+//! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
+//! Letta or provider JSON). Every message but a conversation's root has a
+//! parent in the same conversation; edits and regenerations add siblings
+//! and never remove or rewrite a message.
+//!
+//! **Entry points.** [`Message`], [`ContentBlock`], [`ConversationTree`],
+//! [`AgentEvent`], [`StopReason`], [`PriceTable`].
+
+pub mod event;
+pub mod ids;
+pub mod message;
+pub mod pricing;
+pub mod tree;
+
+pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
+pub use ids::{AgentId, ConversationId, InvalidId, MessageId, RunId, ToolCallId};
+pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};
+pub use pricing::{Price, PriceTable};
+pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

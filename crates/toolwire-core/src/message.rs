@@ -1,0 +1,236 @@
+//! Messages and their content blocks.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{ConversationId, MessageId, ToolCallId};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The system prompt. A conversation's root is its system message.
+    System,
+    User,
+    Assistant,
+    /// Tool results.
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// How urgent a notification is.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Low,
+    #[default]
+    Normal,
+    High,
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    Reasoning {
+        text: String,
+    },
+    ToolUse {
+        id: ToolCallId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
+        name: String,
+        arguments: Value,
+    },
+    ToolResult {
+        tool_use_id: ToolCallId,
+        content: String,
+        #[serde(default)]
+        is_error: bool,
+    },
+    Notification {
+        source: String,
+        #[serde(default)]
+        priority: Priority,
+        text: String,
+    },
+}
+
+/// Token counts of one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Self) {
+        self.prompt_tokens += rhs.prompt_tokens;
+        self.completion_tokens += rhs.completion_tokens;
+        self.cached_tokens += rhs.cached_tokens;
+    }
+}
+
+/// Whether a message is whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    #[default]
+    Complete,
+    /// The turn that wrote it stopped before it could finish (a crash, a
+    /// broken stream): what was received is kept.
+    Interrupted,
+    /// The model call or tool that wrote it failed.
+    Error,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Complete => "complete",
+            MessageStatus::Interrupted => "interrupted",
+            MessageStatus::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MessageStatus> {
+        Some(match s {
+            "complete" => MessageStatus::Complete,
+            "interrupted" => MessageStatus::Interrupted,
+            "error" => MessageStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// A node of a conversation tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: MessageId,
+    pub conversation_id: ConversationId,
+    /// `None` only for the conversation's root.
+    pub parent_id: Option<MessageId>,
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// In US dollars, from the price table, when the model is priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// The model that wrote an assistant message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Wall time the message took to produce (model call or tool run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(default)]
+    pub status: MessageStatus,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Message {
+    /// A new message under `parent`, with a fresh id and the current time.
+    pub fn new(
+        conversation_id: ConversationId,
+        parent_id: Option<MessageId>,
+        role: Role,
+        content: Vec<ContentBlock>,
+    ) -> Self {
+        Message {
+            id: MessageId::new(),
+            conversation_id,
+            parent_id,
+            role,
+            content,
+            usage: None,
+            cost: None,
+            model: None,
+            duration_ms: None,
+            status: MessageStatus::Complete,
+            created_at: Utc::now(),
+        }
+    }
+
+    /// All text blocks joined.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tool calls of an assistant message, in order.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&ToolCallId, Option<&str>, &str, &Value)> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse {
+                id,
+                server,
+                name,
+                arguments,
+            } => Some((id, server.as_deref(), name.as_str(), arguments)),
+            _ => None,
+        })
+    }
+
+    /// A one-line summary for lists and trees.
+    pub fn summary(&self, max_chars: usize) -> String {
+        let mut s = String::new();
+        for block in &self.content {
+            let piece = match block {
+                ContentBlock::Text { text } | ContentBlock::Reasoning { text } => text.clone(),
+                ContentBlock::ToolUse { name, .. } => format!("[{name}]"),
+                ContentBlock::ToolResult { content, .. } => content.clone(),
+                ContentBlock::Notification { source, text, .. } => format!("[{source}] {text}"),
+            };
+            if !s.is_empty() {
+                s.push(' ');
+            }
+            s.push_str(&piece);
+            if s.chars().count() > max_chars {
+                break;
+            }
+        }
+        let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+        match one_line.char_indices().nth(max_chars) {
+            Some((cut, _)) => format!("{}…", &one_line[..cut]),
+            None => one_line,
+        }
+    }
+}
