@@ -1,0 +1,172 @@
+//! # toolwire-store
+//!
+//! **Owns** persistence: conversations and their message trees, runs
+//! (turns) and the event log, behind the [`Store`] trait, with two
+//! backends: SQLite (default, one embedded file, WAL) and PostgreSQL (for
+//! several instances). Schemas are created by migrations on first open.
+//!
+//! **Invariants.** A message is stored only under a parent of the same
+//! conversation; stored messages are never deleted, and an update never
+//! changes a message's place in the tree. Every method is one transaction:
+//! a crash leaves each completed step stored and nothing half-written.
+//! Both backends pass the same test suite.
+//!
+//! **Entry points.** [`open`] (by URL: `sqlite://PATH` or
+//! `postgres://…`), the [`Store`] trait, [`StoreError`].
+
+mod postgres;
+mod rows;
+mod sql;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use toolwire_core::{
+    AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason, TreeError,
+};
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("conversation {0} not found")]
+    ConversationNotFound(ConversationId),
+    #[error("message {0} not found")]
+    MessageNotFound(MessageId),
+    #[error("run {0} not found")]
+    RunNotFound(RunId),
+    #[error("message {message} cannot go under {parent}: {reason}")]
+    BadParent {
+        message: MessageId,
+        parent: MessageId,
+        reason: &'static str,
+    },
+    #[error("message {0} already exists")]
+    DuplicateMessage(MessageId),
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    #[error("database URL `{0}` is not supported (use sqlite://PATH or postgres://…)")]
+    UnsupportedUrl(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A conversation with its totals, for lists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationSummary {
+    pub conversation: Conversation,
+    pub message_count: u64,
+    /// Sum of the cost of every message in the tree, in US dollars.
+    pub total_cost: f64,
+}
+
+/// How a stored run (turn) stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub conversation_id: ConversationId,
+    /// `None` while the run is going on.
+    pub stop_reason: Option<StopReason>,
+    pub error: Option<String>,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// An event with its place in the conversation's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// 1, 2, 3 … per conversation, without gaps.
+    pub seq: u64,
+    pub event: AgentEvent,
+}
+
+/// Persistence of conversation trees, runs and events.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A new conversation whose root is a system message holding
+    /// `system_prompt` (empty content when it is empty).
+    async fn create_conversation(
+        &self,
+        system_prompt: &str,
+        title: Option<&str>,
+    ) -> Result<Conversation>;
+
+    async fn conversation(&self, id: ConversationId) -> Result<Conversation>;
+
+    /// Every conversation, newest first, with totals.
+    async fn list_conversations(&self) -> Result<Vec<ConversationSummary>>;
+
+    /// Stores a new message under its `parent_id` (which must be a message
+    /// of the same conversation) and makes it the active leaf.
+    async fn append(&self, message: &Message) -> Result<()>;
+
+    /// Rewrites a stored message's content, usage, cost, model, duration
+    /// and status. Its id, conversation, parent and role must not change.
+    async fn update(&self, message: &Message) -> Result<()>;
+
+    async fn message(&self, id: MessageId) -> Result<Message>;
+
+    /// Root first, `leaf` last, in one query.
+    async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>>;
+
+    /// Children of `id`, oldest first.
+    async fn children(&self, id: MessageId) -> Result<Vec<Message>>;
+
+    /// The children of `id`'s parent, `id` among them, oldest first.
+    async fn siblings(&self, id: MessageId) -> Result<Vec<Message>>;
+
+    /// Messages with no children (each branch's last message), oldest first.
+    async fn leaves(&self, conversation: ConversationId) -> Result<Vec<Message>>;
+
+    async fn set_active_leaf(&self, conversation: ConversationId, leaf: MessageId) -> Result<()>;
+
+    /// A new conversation holding a copy of the path to `at`, remembering
+    /// where it came from; its active leaf is the copy of `at`.
+    async fn fork(&self, at: MessageId) -> Result<Conversation>;
+
+    /// Sum of the cost of every message of the conversation.
+    async fn total_cost(&self, conversation: ConversationId) -> Result<f64>;
+
+    /// Records that run `id` began in `conversation`.
+    async fn start_run(&self, id: RunId, conversation: ConversationId) -> Result<()>;
+
+    /// Records how run `id` ended.
+    async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> Result<()>;
+
+    async fn run(&self, id: RunId) -> Result<RunRecord>;
+
+    /// Marks every run still going on as interrupted (for use at start-up,
+    /// when no run can really be going on) and returns them.
+    async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>>;
+
+    /// Appends `event` to the conversation's log; returns its `seq`.
+    async fn append_event(&self, conversation: ConversationId, event: &AgentEvent) -> Result<u64>;
+
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    async fn events_since(
+        &self,
+        conversation: ConversationId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>>;
+}
+
+/// Opens (creating if needed, and migrating) the store at `url`.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::open(url).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl(url.to_owned()))
+    }
+}

@@ -1,0 +1,339 @@
+//! Rows as both backends read them, and their conversion to and from the
+//! domain types. Everything here is backend-neutral: ids are [`Uuid`]s,
+//! numbers `i64`/`f64`, JSON is read as text (`CAST(… AS TEXT)`) and written
+//! as [`Json`], and timestamps go through [`Ts`].
+
+use chrono::{DateTime, Utc};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
+use sqlx::sqlite::{SqliteArgumentsBuffer, SqliteTypeInfo, SqliteValueRef};
+use sqlx::types::Json;
+use sqlx::{Decode, Encode, Postgres, Sqlite, Type};
+use toolwire_core::{
+    AgentEvent, ContentBlock, Conversation, ConversationId, ForkOrigin, Message, MessageId,
+    MessageStatus, Role, RunId, StopReason, Usage,
+};
+use uuid::Uuid;
+
+use crate::{ConversationSummary, Result, RunRecord, StoreError, StoredEvent};
+
+/// A timestamp, kept to the microsecond on both backends: `TIMESTAMPTZ` on
+/// PostgreSQL, `INTEGER` microseconds since the Unix epoch on SQLite (so
+/// that it sorts as a number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Ts(pub DateTime<Utc>);
+
+impl Ts {
+    pub(crate) fn now() -> Ts {
+        Ts::from(Utc::now())
+    }
+}
+
+impl From<DateTime<Utc>> for Ts {
+    /// Drops what is finer than a microsecond, as both databases do.
+    fn from(t: DateTime<Utc>) -> Ts {
+        Ts(DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t))
+    }
+}
+
+impl Type<Sqlite> for Ts {
+    fn type_info() -> SqliteTypeInfo {
+        <i64 as Type<Sqlite>>::type_info()
+    }
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <i64 as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl Encode<'_, Sqlite> for Ts {
+    fn encode_by_ref(&self, buf: &mut SqliteArgumentsBuffer) -> Result<IsNull, BoxDynError> {
+        Encode::<Sqlite>::encode(self.0.timestamp_micros(), buf)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Ts {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        let micros = <i64 as Decode<Sqlite>>::decode(value)?;
+        DateTime::from_timestamp_micros(micros)
+            .map(Ts)
+            .ok_or_else(|| format!("timestamp {micros} µs is out of range").into())
+    }
+}
+
+impl Type<Postgres> for Ts {
+    fn type_info() -> PgTypeInfo {
+        <DateTime<Utc> as Type<Postgres>>::type_info()
+    }
+}
+
+impl Encode<'_, Postgres> for Ts {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        Encode::<Postgres>::encode(self.0, buf)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Ts {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        <DateTime<Utc> as Decode<Postgres>>::decode(value).map(Ts)
+    }
+}
+
+/// The columns of `messages`, in the order of [`MESSAGE_COLUMNS`].
+#[derive(sqlx::FromRow)]
+pub(crate) struct MessageRow {
+    id: Uuid,
+    conversation_id: Uuid,
+    parent_id: Option<Uuid>,
+    role: String,
+    content: String,
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    cached_tokens: Option<i64>,
+    cost: Option<f64>,
+    model: Option<String>,
+    duration_ms: Option<i64>,
+    status: String,
+    created_at: Ts,
+}
+
+/// The select list for a [`MessageRow`] of the table aliased `m`.
+macro_rules! message_columns {
+    () => {
+        "m.id, m.conversation_id, m.parent_id, m.role, CAST(m.content AS TEXT) AS content, \
+         m.prompt_tokens, m.completion_tokens, m.cached_tokens, m.cost, m.model, \
+         m.duration_ms, m.status, m.created_at"
+    };
+}
+pub(crate) use message_columns;
+
+impl TryFrom<MessageRow> for Message {
+    type Error = StoreError;
+
+    fn try_from(r: MessageRow) -> Result<Message> {
+        let id = MessageId(r.id);
+        let corrupt = |what: &str| StoreError::Corrupt(format!("message {id}: {what}"));
+        let content: Vec<ContentBlock> = serde_json::from_str(&r.content)
+            .map_err(|e| corrupt(&format!("content is not a list of content blocks: {e}")))?;
+        let count = |v: i64| u64::try_from(v).map_err(|_| corrupt("negative token count"));
+        let usage = match (r.prompt_tokens, r.completion_tokens, r.cached_tokens) {
+            (Some(p), Some(c), Some(k)) => Some(Usage {
+                prompt_tokens: count(p)?,
+                completion_tokens: count(c)?,
+                cached_tokens: count(k)?,
+            }),
+            (None, None, None) => None,
+            _ => return Err(corrupt("usage is partly missing")),
+        };
+        Ok(Message {
+            id,
+            conversation_id: ConversationId(r.conversation_id),
+            parent_id: r.parent_id.map(MessageId),
+            role: Role::parse(&r.role).ok_or_else(|| corrupt(&format!("role `{}`", r.role)))?,
+            content,
+            usage,
+            cost: r.cost,
+            model: r.model,
+            duration_ms: r
+                .duration_ms
+                .map(|d| u64::try_from(d).map_err(|_| corrupt("negative duration")))
+                .transpose()?,
+            status: MessageStatus::parse(&r.status)
+                .ok_or_else(|| corrupt(&format!("status `{}`", r.status)))?,
+            created_at: r.created_at.0,
+        })
+    }
+}
+
+pub(crate) fn messages(rows: Vec<MessageRow>) -> Result<Vec<Message>> {
+    rows.into_iter().map(Message::try_from).collect()
+}
+
+/// A message's columns as they are bound, in the order of `INSERT_MESSAGE`.
+pub(crate) struct MessageValues<'a> {
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub parent_id: Option<Uuid>,
+    pub role: &'static str,
+    pub content: Json<&'a [ContentBlock]>,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub cost: Option<f64>,
+    pub model: Option<&'a str>,
+    pub duration_ms: Option<i64>,
+    pub status: &'static str,
+    pub created_at: Ts,
+}
+
+/// Counts above `i64::MAX` (never met in practice) are stored as `i64::MAX`.
+fn count(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl<'a> From<&'a Message> for MessageValues<'a> {
+    fn from(m: &'a Message) -> Self {
+        MessageValues {
+            id: m.id.0,
+            conversation_id: m.conversation_id.0,
+            parent_id: m.parent_id.map(|p| p.0),
+            role: m.role.as_str(),
+            content: Json(&m.content),
+            prompt_tokens: m.usage.map(|u| count(u.prompt_tokens)),
+            completion_tokens: m.usage.map(|u| count(u.completion_tokens)),
+            cached_tokens: m.usage.map(|u| count(u.cached_tokens)),
+            cost: m.cost,
+            model: m.model.as_deref(),
+            duration_ms: m.duration_ms.map(count),
+            status: m.status.as_str(),
+            created_at: Ts::from(m.created_at),
+        }
+    }
+}
+
+/// The columns of `conversations` (and, for lists, its totals).
+#[derive(sqlx::FromRow)]
+pub(crate) struct ConversationRow {
+    id: Uuid,
+    title: Option<String>,
+    root_id: Uuid,
+    active_leaf: Uuid,
+    forked_from_conversation: Option<Uuid>,
+    forked_from_message: Option<Uuid>,
+    created_at: Ts,
+}
+
+/// The select list for a [`ConversationRow`] of the table aliased `c`.
+macro_rules! conversation_columns {
+    () => {
+        "c.id, c.title, c.root_id, c.active_leaf, c.forked_from_conversation, \
+         c.forked_from_message, c.created_at"
+    };
+}
+pub(crate) use conversation_columns;
+
+impl TryFrom<ConversationRow> for Conversation {
+    type Error = StoreError;
+
+    fn try_from(r: ConversationRow) -> Result<Conversation> {
+        let id = ConversationId(r.id);
+        let forked_from = match (r.forked_from_conversation, r.forked_from_message) {
+            (Some(c), Some(m)) => Some(ForkOrigin {
+                conversation_id: ConversationId(c),
+                message_id: MessageId(m),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(StoreError::Corrupt(format!(
+                    "conversation {id}: fork origin is partly missing"
+                )));
+            }
+        };
+        Ok(Conversation {
+            id,
+            title: r.title,
+            root_id: MessageId(r.root_id),
+            active_leaf: MessageId(r.active_leaf),
+            forked_from,
+            created_at: r.created_at.0,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct SummaryRow {
+    #[sqlx(flatten)]
+    conversation: ConversationRow,
+    message_count: i64,
+    total_cost: f64,
+}
+
+impl TryFrom<SummaryRow> for ConversationSummary {
+    type Error = StoreError;
+
+    fn try_from(r: SummaryRow) -> Result<ConversationSummary> {
+        Ok(ConversationSummary {
+            conversation: r.conversation.try_into()?,
+            message_count: u64::try_from(r.message_count).unwrap_or(0),
+            total_cost: r.total_cost,
+        })
+    }
+}
+
+/// The select list for a [`RunRow`].
+macro_rules! run_columns {
+    () => {
+        "id, conversation_id, stop_reason, error, started_at, finished_at"
+    };
+}
+pub(crate) use run_columns;
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct RunRow {
+    id: Uuid,
+    conversation_id: Uuid,
+    stop_reason: Option<String>,
+    error: Option<String>,
+    started_at: Ts,
+    finished_at: Option<Ts>,
+}
+
+impl TryFrom<RunRow> for RunRecord {
+    type Error = StoreError;
+
+    fn try_from(r: RunRow) -> Result<RunRecord> {
+        let id = RunId(r.id);
+        let stop_reason = r
+            .stop_reason
+            .map(|s| {
+                StopReason::parse(&s)
+                    .ok_or_else(|| StoreError::Corrupt(format!("run {id}: stop reason `{s}`")))
+            })
+            .transpose()?;
+        Ok(RunRecord {
+            id,
+            conversation_id: ConversationId(r.conversation_id),
+            stop_reason,
+            error: r.error,
+            started_at: r.started_at.0,
+            finished_at: r.finished_at.map(|t| t.0),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct EventRow {
+    seq: i64,
+    payload: String,
+}
+
+impl EventRow {
+    pub(crate) fn into_event(self, conversation: ConversationId) -> Result<StoredEvent> {
+        let corrupt = |what: String| {
+            StoreError::Corrupt(format!(
+                "event {} of conversation {conversation}: {what}",
+                self.seq
+            ))
+        };
+        let seq = u64::try_from(self.seq).map_err(|_| corrupt("negative seq".into()))?;
+        let event = serde_json::from_str(&self.payload).map_err(|e| corrupt(e.to_string()))?;
+        Ok(StoredEvent { seq, event })
+    }
+}
+
+/// An event as it is stored: its `type` (the serde tag) and its JSON.
+pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, Json<serde_json::Value>)> {
+    let value = serde_json::to_value(event)
+        .map_err(|e| StoreError::Corrupt(format!("event cannot be serialised: {e}")))?;
+    let kind = value
+        .get("type")
+        .and_then(|t| t.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    Ok((kind, Json(value)))
+}
+
+/// Whether `e` is a unique-constraint violation.
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}

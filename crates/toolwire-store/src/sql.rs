@@ -1,0 +1,522 @@
+//! The [`Store`](crate::Store) implementation both backends share.
+//!
+//! SQLite and PostgreSQL run the very same SQL here: `$N` placeholders
+//! (SQLite reads `$1` as parameter 1), `CAST(json AS TEXT)` to read JSON,
+//! `RETURNING`, recursive CTEs, and row types ([`crate::rows`]) whose
+//! column types decode on both. Only the connection type and the statement
+//! that opens a write transaction differ (SQLite takes its write lock up
+//! front with `BEGIN IMMEDIATE`, so that a transaction that reads before it
+//! writes never fails to upgrade its lock). sqlx's generic bounds over a
+//! `Database` are heavy and fragile with `async_trait`, so this is a macro
+//! instantiated once per backend with its concrete types.
+
+/// Implements [`Store`](crate::Store) for `$store`, a struct with a
+/// `pool: sqlx::Pool<$db>` field.
+macro_rules! impl_store {
+    ($store:ident, $db:ty, begin_write = $begin:literal) => {
+        use $crate::rows::{
+            self, conversation_columns, message_columns, run_columns, ConversationRow, EventRow,
+            MessageRow, MessageValues, RunRow, SummaryRow, Ts,
+        };
+        use $crate::{ConversationSummary, Result, RunRecord, Store, StoreError, StoredEvent};
+        use async_trait::async_trait;
+        use sqlx::Row as _;
+        use toolwire_core::tree::{fork_copy, root_message};
+        use toolwire_core::{
+            AgentEvent, Conversation, ConversationId, ForkOrigin, Message, MessageId, RunId,
+            StopReason, TreeError,
+        };
+
+        type Conn = <$db as sqlx::Database>::Connection;
+
+        const INSERT_MESSAGE: &str = "INSERT INTO messages (id, conversation_id, parent_id, \
+            role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
+            duration_ms, status, created_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+        const PATH_TO: &str = concat!(
+            "WITH RECURSIVE path (id, parent_id, depth) AS ( \
+                 SELECT id, parent_id, 0 FROM messages WHERE id = $1 \
+                 UNION ALL \
+                 SELECT m.id, m.parent_id, path.depth + 1 \
+                 FROM messages m JOIN path ON m.id = path.parent_id) \
+             SELECT ",
+            message_columns!(),
+            " FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth DESC"
+        );
+
+        impl $store {
+            async fn write(&self) -> Result<sqlx::Transaction<'static, $db>> {
+                Ok(self.pool.begin_with($begin).await?)
+            }
+
+            async fn insert_conversation(conn: &mut Conn, c: &Conversation) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO conversations (id, title, root_id, active_leaf, \
+                     forked_from_conversation, forked_from_message, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(c.id.0)
+                .bind(c.title.as_deref())
+                .bind(c.root_id.0)
+                .bind(c.active_leaf.0)
+                .bind(c.forked_from.map(|f| f.conversation_id.0))
+                .bind(c.forked_from.map(|f| f.message_id.0))
+                .bind(Ts::from(c.created_at))
+                .execute(conn)
+                .await?;
+                Ok(())
+            }
+
+            async fn insert_message(conn: &mut Conn, m: &Message) -> Result<()> {
+                let v = MessageValues::from(m);
+                let inserted = sqlx::query(INSERT_MESSAGE)
+                    .bind(v.id)
+                    .bind(v.conversation_id)
+                    .bind(v.parent_id)
+                    .bind(v.role)
+                    .bind(v.content)
+                    .bind(v.prompt_tokens)
+                    .bind(v.completion_tokens)
+                    .bind(v.cached_tokens)
+                    .bind(v.cost)
+                    .bind(v.model)
+                    .bind(v.duration_ms)
+                    .bind(v.status)
+                    .bind(v.created_at)
+                    .execute(conn)
+                    .await;
+                match inserted {
+                    Err(e) if rows::is_unique_violation(&e) => {
+                        Err(StoreError::DuplicateMessage(m.id))
+                    }
+                    other => other.map(|_| ()).map_err(Into::into),
+                }
+            }
+
+            async fn path(conn: &mut Conn, leaf: MessageId) -> Result<Vec<Message>> {
+                let path = sqlx::query_as::<_, MessageRow>(PATH_TO)
+                    .bind(leaf.0)
+                    .fetch_all(conn)
+                    .await?;
+                if path.is_empty() {
+                    return Err(StoreError::MessageNotFound(leaf));
+                }
+                rows::messages(path)
+            }
+
+            async fn get_conversation(conn: &mut Conn, id: ConversationId) -> Result<Conversation> {
+                sqlx::query_as::<_, ConversationRow>(concat!(
+                    "SELECT ",
+                    conversation_columns!(),
+                    " FROM conversations c WHERE c.id = $1"
+                ))
+                .bind(id.0)
+                .fetch_optional(conn)
+                .await?
+                .ok_or(StoreError::ConversationNotFound(id))?
+                .try_into()
+            }
+        }
+
+        #[async_trait]
+        impl Store for $store {
+            async fn create_conversation(
+                &self,
+                system_prompt: &str,
+                title: Option<&str>,
+            ) -> Result<Conversation> {
+                let id = ConversationId::new();
+                let root = root_message(id, system_prompt);
+                let conversation = Conversation {
+                    id,
+                    title: title.map(str::to_owned),
+                    root_id: root.id,
+                    active_leaf: root.id,
+                    forked_from: None,
+                    created_at: Ts::from(root.created_at).0,
+                };
+                let mut tx = self.write().await?;
+                Self::insert_conversation(&mut tx, &conversation).await?;
+                Self::insert_message(&mut tx, &root).await?;
+                tx.commit().await?;
+                Ok(conversation)
+            }
+
+            async fn conversation(&self, id: ConversationId) -> Result<Conversation> {
+                let mut conn = self.pool.acquire().await?;
+                Self::get_conversation(&mut conn, id).await
+            }
+
+            async fn list_conversations(&self) -> Result<Vec<ConversationSummary>> {
+                sqlx::query_as::<_, SummaryRow>(concat!(
+                    "SELECT ",
+                    conversation_columns!(),
+                    ", COUNT(m.id) AS message_count, \
+                         COALESCE(SUM(m.cost), 0.0) AS total_cost \
+                     FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id \
+                     GROUP BY c.id ORDER BY c.created_at DESC, c.id DESC"
+                ))
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(ConversationSummary::try_from)
+                .collect()
+            }
+
+            async fn append(&self, message: &Message) -> Result<()> {
+                let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
+                let bad_parent = |reason| StoreError::BadParent {
+                    message: message.id,
+                    parent,
+                    reason,
+                };
+                let mut tx = self.write().await?;
+                let parent_conversation: Option<uuid::Uuid> =
+                    sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = $1")
+                        .bind(parent.0)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match parent_conversation {
+                    None => return Err(bad_parent("the parent does not exist")),
+                    Some(c) if c != message.conversation_id.0 => {
+                        return Err(bad_parent("the parent is in another conversation"));
+                    }
+                    Some(_) => {}
+                }
+                Self::insert_message(&mut tx, message).await?;
+                sqlx::query("UPDATE conversations SET active_leaf = $2 WHERE id = $1")
+                    .bind(message.conversation_id.0)
+                    .bind(message.id.0)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn update(&self, message: &Message) -> Result<()> {
+                let mut tx = self.write().await?;
+                let stored = sqlx::query(
+                    "SELECT conversation_id, parent_id, role FROM messages WHERE id = $1",
+                )
+                .bind(message.id.0)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::MessageNotFound(message.id))?;
+                let conversation: uuid::Uuid = stored.try_get(0)?;
+                let parent: Option<uuid::Uuid> = stored.try_get(1)?;
+                let role: String = stored.try_get(2)?;
+                if conversation != message.conversation_id.0
+                    || parent != message.parent_id.map(|p| p.0)
+                    || role != message.role.as_str()
+                {
+                    return Err(StoreError::BadParent {
+                        message: message.id,
+                        parent: message.parent_id.or(parent.map(MessageId)).unwrap_or(message.id),
+                        reason: "an update cannot change a message's conversation, parent or role",
+                    });
+                }
+                let v = MessageValues::from(message);
+                sqlx::query(
+                    "UPDATE messages SET content = $2, prompt_tokens = $3, \
+                     completion_tokens = $4, cached_tokens = $5, cost = $6, model = $7, \
+                     duration_ms = $8, status = $9 WHERE id = $1",
+                )
+                .bind(v.id)
+                .bind(v.content)
+                .bind(v.prompt_tokens)
+                .bind(v.completion_tokens)
+                .bind(v.cached_tokens)
+                .bind(v.cost)
+                .bind(v.model)
+                .bind(v.duration_ms)
+                .bind(v.status)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn message(&self, id: MessageId) -> Result<Message> {
+                sqlx::query_as::<_, MessageRow>(concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages m WHERE m.id = $1"
+                ))
+                .bind(id.0)
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or(StoreError::MessageNotFound(id))?
+                .try_into()
+            }
+
+            async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>> {
+                let mut conn = self.pool.acquire().await?;
+                Self::path(&mut conn, leaf).await
+            }
+
+            async fn children(&self, id: MessageId) -> Result<Vec<Message>> {
+                // The message itself comes along (first, being older than
+                // its children) so that one query also tells it exists.
+                let mut found = rows::messages(
+                    sqlx::query_as::<_, MessageRow>(concat!(
+                        "SELECT ",
+                        message_columns!(),
+                        " FROM messages m WHERE m.id = $1 OR m.parent_id = $1 ORDER BY m.seq"
+                    ))
+                    .bind(id.0)
+                    .fetch_all(&self.pool)
+                    .await?,
+                )?;
+                match found.iter().position(|m| m.id == id) {
+                    Some(at) => {
+                        found.remove(at);
+                        Ok(found)
+                    }
+                    None => Err(StoreError::MessageNotFound(id)),
+                }
+            }
+
+            async fn siblings(&self, id: MessageId) -> Result<Vec<Message>> {
+                let found = rows::messages(
+                    sqlx::query_as::<_, MessageRow>(concat!(
+                        "SELECT ",
+                        message_columns!(),
+                        " FROM messages m WHERE m.id = $1 \
+                          OR m.parent_id = (SELECT parent_id FROM messages WHERE id = $1) \
+                          ORDER BY m.seq"
+                    ))
+                    .bind(id.0)
+                    .fetch_all(&self.pool)
+                    .await?,
+                )?;
+                if found.is_empty() {
+                    return Err(StoreError::MessageNotFound(id));
+                }
+                Ok(found)
+            }
+
+            async fn leaves(&self, conversation: ConversationId) -> Result<Vec<Message>> {
+                let found = rows::messages(
+                    sqlx::query_as::<_, MessageRow>(concat!(
+                        "SELECT ",
+                        message_columns!(),
+                        " FROM messages m WHERE m.conversation_id = $1 \
+                          AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.parent_id = m.id) \
+                          ORDER BY m.seq"
+                    ))
+                    .bind(conversation.0)
+                    .fetch_all(&self.pool)
+                    .await?,
+                )?;
+                // Every conversation has at least its root.
+                if found.is_empty() {
+                    return Err(StoreError::ConversationNotFound(conversation));
+                }
+                Ok(found)
+            }
+
+            async fn set_active_leaf(
+                &self,
+                conversation: ConversationId,
+                leaf: MessageId,
+            ) -> Result<()> {
+                let mut tx = self.write().await?;
+                let owner: Option<uuid::Uuid> =
+                    sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = $1")
+                        .bind(leaf.0)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match owner {
+                    None => Err(StoreError::MessageNotFound(leaf)),
+                    Some(c) if c == conversation.0 => {
+                        sqlx::query("UPDATE conversations SET active_leaf = $2 WHERE id = $1")
+                            .bind(conversation.0)
+                            .bind(leaf.0)
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                        Ok(())
+                    }
+                    Some(_) => {
+                        Self::get_conversation(&mut tx, conversation).await?;
+                        Err(TreeError::UnknownMessage(leaf).into())
+                    }
+                }
+            }
+
+            async fn fork(&self, at: MessageId) -> Result<Conversation> {
+                let mut tx = self.write().await?;
+                let path = Self::path(&mut tx, at).await?;
+                let source = path
+                    .first()
+                    .map(|root| root.conversation_id)
+                    .ok_or(StoreError::MessageNotFound(at))?;
+                let source = Self::get_conversation(&mut tx, source).await?;
+                let id = ConversationId::new();
+                let copies = fork_copy(&path, id);
+                let (Some(root), Some(leaf)) = (copies.first(), copies.last()) else {
+                    return Err(StoreError::MessageNotFound(at));
+                };
+                let conversation = Conversation {
+                    id,
+                    title: source.title,
+                    root_id: root.id,
+                    active_leaf: leaf.id,
+                    forked_from: Some(ForkOrigin {
+                        conversation_id: source.id,
+                        message_id: at,
+                    }),
+                    created_at: Ts::now().0,
+                };
+                Self::insert_conversation(&mut tx, &conversation).await?;
+                for copy in &copies {
+                    Self::insert_message(&mut tx, copy).await?;
+                }
+                tx.commit().await?;
+                Ok(conversation)
+            }
+
+            async fn total_cost(&self, conversation: ConversationId) -> Result<f64> {
+                sqlx::query_scalar(
+                    "SELECT (SELECT COALESCE(SUM(cost), 0.0) FROM messages \
+                             WHERE conversation_id = $1) \
+                     FROM conversations WHERE id = $1",
+                )
+                .bind(conversation.0)
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or(StoreError::ConversationNotFound(conversation))
+            }
+
+            async fn start_run(&self, id: RunId, conversation: ConversationId) -> Result<()> {
+                let inserted = sqlx::query(
+                    "INSERT INTO runs (id, conversation_id, started_at) \
+                     SELECT $1, id, $3 FROM conversations WHERE id = $2",
+                )
+                .bind(id.0)
+                .bind(conversation.0)
+                .bind(Ts::now())
+                .execute(&self.pool)
+                .await?;
+                if inserted.rows_affected() == 0 {
+                    return Err(StoreError::ConversationNotFound(conversation));
+                }
+                Ok(())
+            }
+
+            async fn finish_run(
+                &self,
+                id: RunId,
+                reason: StopReason,
+                error: Option<&str>,
+            ) -> Result<()> {
+                let updated = sqlx::query(
+                    "UPDATE runs SET stop_reason = $2, error = $3, finished_at = $4 WHERE id = $1",
+                )
+                .bind(id.0)
+                .bind(reason.as_str())
+                .bind(error)
+                .bind(Ts::now())
+                .execute(&self.pool)
+                .await?;
+                if updated.rows_affected() == 0 {
+                    return Err(StoreError::RunNotFound(id));
+                }
+                Ok(())
+            }
+
+            async fn run(&self, id: RunId) -> Result<RunRecord> {
+                sqlx::query_as::<_, RunRow>(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE id = $1"
+                ))
+                .bind(id.0)
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or(StoreError::RunNotFound(id))?
+                .try_into()
+            }
+
+            async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>> {
+                let mut runs = sqlx::query_as::<_, RunRow>(concat!(
+                    "UPDATE runs SET stop_reason = $1, finished_at = $2 \
+                     WHERE stop_reason IS NULL RETURNING ",
+                    run_columns!()
+                ))
+                .bind(StopReason::Interrupted.as_str())
+                .bind(Ts::now())
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(RunRecord::try_from)
+                .collect::<Result<Vec<_>>>()?;
+                runs.sort_by_key(|r| (r.started_at, r.id));
+                Ok(runs)
+            }
+
+            async fn append_event(
+                &self,
+                conversation: ConversationId,
+                event: &AgentEvent,
+            ) -> Result<u64> {
+                let (kind, payload) = rows::event_json(event)?;
+                let mut tx = self.write().await?;
+                // The counter's row is locked until commit, so concurrent
+                // appends to one conversation take 1, 2, 3 … in turn.
+                let seq: i64 = sqlx::query_scalar(
+                    "UPDATE conversations SET last_event_seq = last_event_seq + 1 \
+                     WHERE id = $1 RETURNING last_event_seq",
+                )
+                .bind(conversation.0)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::ConversationNotFound(conversation))?;
+                sqlx::query(
+                    "INSERT INTO events (conversation_id, seq, type, payload, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(conversation.0)
+                .bind(seq)
+                .bind(kind)
+                .bind(payload)
+                .bind(Ts::now())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                u64::try_from(seq).map_err(|_| {
+                    StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"))
+                })
+            }
+
+            async fn events_since(
+                &self,
+                conversation: ConversationId,
+                after: u64,
+                limit: u32,
+            ) -> Result<Vec<StoredEvent>> {
+                let mut conn = self.pool.acquire().await?;
+                let events = sqlx::query_as::<_, EventRow>(
+                    "SELECT seq, CAST(payload AS TEXT) AS payload FROM events \
+                     WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                )
+                .bind(conversation.0)
+                .bind(i64::try_from(after).unwrap_or(i64::MAX))
+                .bind(i64::from(limit))
+                .fetch_all(&mut *conn)
+                .await?;
+                if events.is_empty() {
+                    // Nothing new, or no such conversation?
+                    Self::get_conversation(&mut conn, conversation).await?;
+                }
+                events
+                    .into_iter()
+                    .map(|e| e.into_event(conversation))
+                    .collect()
+            }
+        }
+    };
+}
+
+pub(crate) use impl_store;

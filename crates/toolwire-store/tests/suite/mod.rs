@@ -1,0 +1,700 @@
+//! The checks every backend must pass. `tests/sqlite.rs` and
+//! `tests/postgres.rs` run each of them against a fresh database of their
+//! backend through [`store_tests!`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use toolwire_core::tree::{edited_sibling, regeneration_parent};
+use toolwire_core::{
+    AgentEvent, ContentBlock, ConversationId, Message, MessageId, MessageStatus, Role, RunId,
+    StopReason, TreeError, Usage,
+};
+use toolwire_store::{Store, StoreError};
+
+/// A fresh, empty database of one backend, and a store open on it.
+pub struct Db {
+    pub url: String,
+    pub store: Arc<dyn Store>,
+}
+
+impl Db {
+    pub async fn new(url: String) -> Db {
+        let store = toolwire_store::open(&url).await.expect("open the store");
+        Db { url, store }
+    }
+
+    /// A second store on the same database, as after a restart.
+    pub async fn reopen(&self) -> Arc<dyn Store> {
+        toolwire_store::open(&self.url)
+            .await
+            .expect("reopen the store")
+    }
+
+    /// Runs raw SQL on the database, behind the store's back.
+    pub async fn execute(&self, sql: &'static str) {
+        if self.url.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(&self.url).await.expect("connect");
+            sqlx::raw_sql(sql).execute(&pool).await.expect("execute");
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
+            sqlx::raw_sql(sql).execute(&pool).await.expect("execute");
+            pool.close().await;
+        }
+    }
+}
+
+/// Defines one `#[tokio::test]` per check, each calling `$run(check)`.
+#[macro_export]
+macro_rules! store_tests {
+    ($run:path) => {
+        $crate::store_tests!(@ $run;
+            tree_basics,
+            edit_adds_a_sibling,
+            regenerate_adds_a_sibling,
+            fork_copies_the_path,
+            active_leaf_switches_branches,
+            bad_parents_are_refused,
+            unknown_ids_are_not_found,
+            update_keeps_the_tree_place,
+            total_cost_and_list,
+            runs_and_interrupted_runs,
+            events_are_numbered_and_paged,
+            concurrent_events_have_no_gaps,
+            path_to_a_long_chain,
+            data_survives_reopening,
+            corrupt_content_is_reported,
+        );
+    };
+    (@ $run:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                $run(suite::$name).await;
+            }
+        )*
+    };
+}
+
+/// Now, to the microsecond (what both databases keep).
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap()
+}
+
+fn text(conversation: ConversationId, parent: MessageId, role: Role, text: &str) -> Message {
+    Message {
+        created_at: now(),
+        ..Message::new(
+            conversation,
+            Some(parent),
+            role,
+            vec![ContentBlock::Text { text: text.into() }],
+        )
+    }
+}
+
+fn user(c: ConversationId, parent: MessageId, t: &str) -> Message {
+    text(c, parent, Role::User, t)
+}
+
+fn assistant(c: ConversationId, parent: MessageId, t: &str) -> Message {
+    Message {
+        usage: Some(Usage {
+            prompt_tokens: 100,
+            completion_tokens: 20,
+            cached_tokens: 50,
+        }),
+        cost: Some(0.25),
+        model: Some("test-model".into()),
+        duration_ms: Some(1234),
+        ..text(c, parent, Role::Assistant, t)
+    }
+}
+
+fn ids(messages: &[Message]) -> Vec<MessageId> {
+    messages.iter().map(|m| m.id).collect()
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages.iter().map(Message::text).collect()
+}
+
+fn delta(run_id: RunId, i: usize) -> AgentEvent {
+    AgentEvent::TextDelta {
+        run_id,
+        text: format!("piece {i}"),
+    }
+}
+
+pub async fn tree_basics(db: Db) {
+    let s = &db.store;
+    let c = s
+        .create_conversation("be brief", Some("greeting"))
+        .await
+        .unwrap();
+    assert_eq!(c.root_id, c.active_leaf);
+    assert_eq!(c.title.as_deref(), Some("greeting"));
+    assert_eq!(c.forked_from, None);
+    assert_eq!(s.conversation(c.id).await.unwrap(), c);
+
+    let root = s.message(c.root_id).await.unwrap();
+    assert_eq!(
+        (root.role, root.parent_id, root.text()),
+        (Role::System, None, "be brief".into())
+    );
+    let empty = s.create_conversation("", None).await.unwrap();
+    assert!(s.message(empty.root_id).await.unwrap().content.is_empty());
+
+    let u1 = user(c.id, c.root_id, "hi");
+    s.append(&u1).await.unwrap();
+    let a1 = assistant(c.id, u1.id, "hello");
+    s.append(&a1).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, a1.id);
+    assert_eq!(s.message(a1.id).await.unwrap(), a1);
+    assert_eq!(s.message(u1.id).await.unwrap(), u1);
+
+    let path = s.path_to(a1.id).await.unwrap();
+    assert_eq!(path, vec![root.clone(), u1.clone(), a1.clone()]);
+    assert_eq!(s.path_to(c.root_id).await.unwrap(), vec![root.clone()]);
+
+    assert_eq!(s.children(c.root_id).await.unwrap(), vec![u1.clone()]);
+    assert_eq!(s.children(a1.id).await.unwrap(), vec![]);
+    assert_eq!(s.siblings(u1.id).await.unwrap(), vec![u1.clone()]);
+    assert_eq!(s.siblings(c.root_id).await.unwrap(), vec![root]);
+    assert_eq!(s.leaves(c.id).await.unwrap(), vec![a1.clone()]);
+
+    // A second answer under u1: two children, two leaves, oldest first.
+    let a2 = assistant(c.id, u1.id, "hey");
+    s.append(&a2).await.unwrap();
+    assert_eq!(ids(&s.children(u1.id).await.unwrap()), [a1.id, a2.id]);
+    assert_eq!(ids(&s.siblings(a2.id).await.unwrap()), [a1.id, a2.id]);
+    assert_eq!(ids(&s.leaves(c.id).await.unwrap()), [a1.id, a2.id]);
+    // The other conversation is untouched.
+    assert_eq!(ids(&s.leaves(empty.id).await.unwrap()), [empty.root_id]);
+}
+
+pub async fn edit_adds_a_sibling(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = assistant(c.id, u1.id, "hello");
+    s.append(&u1).await.unwrap();
+    s.append(&a1).await.unwrap();
+
+    let stored = s.message(u1.id).await.unwrap();
+    let edit = Message {
+        created_at: now(),
+        ..edited_sibling(&stored, "hey").unwrap()
+    };
+    s.append(&edit).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, edit.id);
+    assert_eq!(ids(&s.siblings(u1.id).await.unwrap()), [u1.id, edit.id]);
+    assert_eq!(ids(&s.siblings(edit.id).await.unwrap()), [u1.id, edit.id]);
+    // The original branch is kept whole.
+    assert_eq!(
+        texts(&s.path_to(a1.id).await.unwrap()),
+        ["sys", "hi", "hello"]
+    );
+    assert_eq!(texts(&s.path_to(edit.id).await.unwrap()), ["sys", "hey"]);
+    assert_eq!(ids(&s.leaves(c.id).await.unwrap()), [a1.id, edit.id]);
+    // Only user messages can be edited.
+    let answer = s.message(a1.id).await.unwrap();
+    assert!(matches!(
+        edited_sibling(&answer, "x"),
+        Err(TreeError::NotAUserMessage { .. })
+    ));
+}
+
+pub async fn regenerate_adds_a_sibling(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = assistant(c.id, u1.id, "hello");
+    s.append(&u1).await.unwrap();
+    s.append(&a1).await.unwrap();
+
+    let parent = regeneration_parent(&s.message(a1.id).await.unwrap()).unwrap();
+    assert_eq!(parent, u1.id);
+    let a1b = assistant(c.id, parent, "hello again");
+    s.append(&a1b).await.unwrap();
+    assert_eq!(ids(&s.siblings(a1.id).await.unwrap()), [a1.id, a1b.id]);
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, a1b.id);
+    assert_eq!(
+        texts(&s.path_to(a1b.id).await.unwrap()),
+        ["sys", "hi", "hello again"]
+    );
+    assert_eq!(
+        texts(&s.path_to(a1.id).await.unwrap()),
+        ["sys", "hi", "hello"]
+    );
+}
+
+pub async fn fork_copies_the_path(db: Db) {
+    let s = &db.store;
+    let c = s
+        .create_conversation("sys", Some("original"))
+        .await
+        .unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = assistant(c.id, u1.id, "hello");
+    let u2 = user(c.id, a1.id, "more");
+    for m in [&u1, &a1, &u2] {
+        s.append(m).await.unwrap();
+    }
+    let before = s.path_to(u2.id).await.unwrap();
+
+    let f = s.fork(a1.id).await.unwrap();
+    assert_ne!(f.id, c.id);
+    assert_eq!(f.title.as_deref(), Some("original"));
+    let origin = f.forked_from.unwrap();
+    assert_eq!((origin.conversation_id, origin.message_id), (c.id, a1.id));
+    assert_eq!(s.conversation(f.id).await.unwrap(), f);
+
+    let copy = s.path_to(f.active_leaf).await.unwrap();
+    assert_eq!(copy.first().unwrap().id, f.root_id);
+    assert_eq!(texts(&copy), ["sys", "hi", "hello"]);
+    for (m, original) in copy.iter().zip(&before) {
+        assert_eq!(m.conversation_id, f.id);
+        assert_ne!(m.id, original.id);
+        assert_eq!(
+            (m.role, &m.content, m.usage, m.cost),
+            (
+                original.role,
+                &original.content,
+                original.usage,
+                original.cost
+            )
+        );
+    }
+    assert_eq!(copy[1].parent_id, Some(copy[0].id));
+    assert_eq!(copy[2].parent_id, Some(copy[1].id));
+    assert_eq!(s.leaves(f.id).await.unwrap(), vec![copy[2].clone()]);
+
+    // The original is untouched.
+    assert_eq!(s.path_to(u2.id).await.unwrap(), before);
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u2.id);
+    assert_eq!(s.children(a1.id).await.unwrap(), vec![u2.clone()]);
+
+    // The fork grows on its own.
+    let u3 = user(f.id, f.active_leaf, "elsewhere");
+    s.append(&u3).await.unwrap();
+    assert_eq!(s.children(a1.id).await.unwrap(), vec![u2]);
+    // Forking the root copies just the root.
+    let r = s.fork(c.root_id).await.unwrap();
+    assert_eq!(r.root_id, r.active_leaf);
+    assert_eq!(texts(&s.path_to(r.active_leaf).await.unwrap()), ["sys"]);
+}
+
+pub async fn active_leaf_switches_branches(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "left");
+    let u2 = user(c.id, c.root_id, "right");
+    s.append(&u1).await.unwrap();
+    s.append(&u2).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u2.id);
+
+    s.set_active_leaf(c.id, u1.id).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u1.id);
+    let leaf = s.conversation(c.id).await.unwrap().active_leaf;
+    assert_eq!(texts(&s.path_to(leaf).await.unwrap()), ["sys", "left"]);
+    s.set_active_leaf(c.id, c.root_id).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, c.root_id);
+    s.set_active_leaf(c.id, u2.id).await.unwrap();
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u2.id);
+
+    // A message of another conversation is refused; nothing changes.
+    let other = s.create_conversation("other", None).await.unwrap();
+    let err = s.set_active_leaf(c.id, other.root_id).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Tree(TreeError::UnknownMessage(id)) if id == other.root_id),
+        "{err:?}"
+    );
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u2.id);
+    assert_eq!(
+        s.conversation(other.id).await.unwrap().active_leaf,
+        other.root_id
+    );
+}
+
+pub async fn bad_parents_are_refused(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let other = s.create_conversation("other", None).await.unwrap();
+
+    // A parent from another conversation.
+    let m = user(c.id, other.root_id, "lost");
+    let err = s.append(&m).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::BadParent { message, parent, .. } if message == m.id && parent == other.root_id),
+        "{err:?}"
+    );
+    // A parent that does not exist.
+    let m = user(c.id, MessageId::new(), "orphan");
+    assert!(matches!(
+        s.append(&m).await,
+        Err(StoreError::BadParent { .. })
+    ));
+    // No parent: only a root has none, and the store makes roots.
+    let mut rootless = user(c.id, c.root_id, "root?");
+    rootless.parent_id = None;
+    assert!(matches!(
+        s.append(&rootless).await,
+        Err(StoreError::Tree(TreeError::RootHasNoParent))
+    ));
+    // The same message twice.
+    let m = user(c.id, c.root_id, "once");
+    s.append(&m).await.unwrap();
+    let err = s.append(&m).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::DuplicateMessage(id) if id == m.id),
+        "{err:?}"
+    );
+
+    // Nothing of that was stored, and the active leaves are as they were.
+    assert_eq!(ids(&s.children(c.root_id).await.unwrap()), [m.id]);
+    assert_eq!(s.children(other.root_id).await.unwrap(), vec![]);
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, m.id);
+    assert_eq!(
+        s.conversation(other.id).await.unwrap().active_leaf,
+        other.root_id
+    );
+}
+
+pub async fn unknown_ids_are_not_found(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let (nc, nm, nr) = (ConversationId::new(), MessageId::new(), RunId::new());
+    macro_rules! not_found {
+        ($call:expr, $variant:ident, $id:expr) => {
+            let err = $call.await.unwrap_err();
+            assert!(matches!(err, StoreError::$variant(id) if id == $id), "{}: {err:?}", stringify!($call));
+        };
+    }
+    not_found!(s.conversation(nc), ConversationNotFound, nc);
+    not_found!(s.leaves(nc), ConversationNotFound, nc);
+    not_found!(s.total_cost(nc), ConversationNotFound, nc);
+    not_found!(s.set_active_leaf(nc, c.root_id), ConversationNotFound, nc);
+    not_found!(s.start_run(nr, nc), ConversationNotFound, nc);
+    not_found!(s.append_event(nc, &delta(nr, 0)), ConversationNotFound, nc);
+    not_found!(s.events_since(nc, 0, 10), ConversationNotFound, nc);
+    not_found!(s.message(nm), MessageNotFound, nm);
+    not_found!(s.path_to(nm), MessageNotFound, nm);
+    not_found!(s.children(nm), MessageNotFound, nm);
+    not_found!(s.siblings(nm), MessageNotFound, nm);
+    not_found!(s.fork(nm), MessageNotFound, nm);
+    not_found!(s.set_active_leaf(c.id, nm), MessageNotFound, nm);
+    let ghost = user(c.id, c.root_id, "ghost");
+    not_found!(s.update(&ghost), MessageNotFound, ghost.id);
+    not_found!(s.run(nr), RunNotFound, nr);
+    not_found!(s.finish_run(nr, StopReason::EndTurn, None), RunNotFound, nr);
+    // A known conversation without events is simply empty.
+    assert_eq!(s.events_since(c.id, 0, 10).await.unwrap(), vec![]);
+    assert_eq!(s.total_cost(c.id).await.unwrap(), 0.0);
+}
+
+pub async fn update_keeps_the_tree_place(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = Message {
+        status: MessageStatus::Interrupted,
+        usage: None,
+        cost: None,
+        ..assistant(c.id, u1.id, "hel")
+    };
+    s.append(&u1).await.unwrap();
+    s.append(&a1).await.unwrap();
+    s.set_active_leaf(c.id, u1.id).await.unwrap();
+
+    let done = Message {
+        content: vec![
+            ContentBlock::Reasoning {
+                text: "think".into(),
+            },
+            ContentBlock::Text {
+                text: "hello".into(),
+            },
+        ],
+        usage: Some(Usage {
+            prompt_tokens: 7,
+            completion_tokens: 3,
+            cached_tokens: 0,
+        }),
+        cost: Some(0.5),
+        model: Some("other-model".into()),
+        duration_ms: Some(99),
+        status: MessageStatus::Complete,
+        ..a1.clone()
+    };
+    s.update(&done).await.unwrap();
+    assert_eq!(s.message(a1.id).await.unwrap(), done);
+    assert_eq!(
+        ids(&s.path_to(a1.id).await.unwrap()),
+        [c.root_id, u1.id, a1.id]
+    );
+    assert_eq!(ids(&s.children(u1.id).await.unwrap()), [a1.id]);
+    // An update does not touch the active leaf.
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, u1.id);
+    assert_eq!(s.total_cost(c.id).await.unwrap(), 0.5);
+
+    // Moving a message, or changing its role, is refused.
+    let moved = Message {
+        parent_id: Some(c.root_id),
+        ..done.clone()
+    };
+    assert!(matches!(
+        s.update(&moved).await,
+        Err(StoreError::BadParent { .. })
+    ));
+    let recast = Message {
+        role: Role::User,
+        ..done.clone()
+    };
+    assert!(matches!(
+        s.update(&recast).await,
+        Err(StoreError::BadParent { .. })
+    ));
+    assert_eq!(s.message(a1.id).await.unwrap(), done);
+}
+
+pub async fn total_cost_and_list(db: Db) {
+    let s = &db.store;
+    let first = s.create_conversation("one", Some("first")).await.unwrap();
+    let second = s.create_conversation("two", Some("second")).await.unwrap();
+    let mut parent = second.root_id;
+    for (i, cost) in [Some(0.125), None, Some(0.25), Some(1.5)]
+        .into_iter()
+        .enumerate()
+    {
+        let m = Message {
+            cost,
+            ..assistant(second.id, parent, &format!("a{i}"))
+        };
+        s.append(&m).await.unwrap();
+        parent = m.id;
+    }
+    assert_eq!(s.total_cost(second.id).await.unwrap(), 1.875);
+    assert_eq!(s.total_cost(first.id).await.unwrap(), 0.0);
+
+    let list = s.list_conversations().await.unwrap();
+    let got: Vec<_> = list
+        .iter()
+        .map(|l| (l.conversation.id, l.message_count, l.total_cost))
+        .collect();
+    assert_eq!(got, [(second.id, 5, 1.875), (first.id, 1, 0.0)]);
+    assert_eq!(list[0].conversation.active_leaf, parent);
+    assert_eq!(list[1].conversation, first);
+}
+
+pub async fn runs_and_interrupted_runs(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let (done, failed, hung1, hung2) = (RunId::new(), RunId::new(), RunId::new(), RunId::new());
+    for id in [done, failed, hung1, hung2] {
+        s.start_run(id, c.id).await.unwrap();
+    }
+    let running = s.run(hung1).await.unwrap();
+    assert_eq!((running.id, running.conversation_id), (hung1, c.id));
+    assert_eq!((running.stop_reason, running.finished_at), (None, None));
+
+    s.finish_run(done, StopReason::EndTurn, None).await.unwrap();
+    s.finish_run(failed, StopReason::LlmApiError, Some("HTTP 500"))
+        .await
+        .unwrap();
+    let r = s.run(failed).await.unwrap();
+    assert_eq!(r.stop_reason, Some(StopReason::LlmApiError));
+    assert_eq!(r.error.as_deref(), Some("HTTP 500"));
+    assert!(r.finished_at.unwrap() >= r.started_at);
+
+    // A restart: a new store on the same database finds the hung runs.
+    let restarted = db.reopen().await;
+    let interrupted = restarted.interrupt_unfinished_runs().await.unwrap();
+    assert_eq!(
+        interrupted.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        BTreeSet::from([hung1, hung2])
+    );
+    for r in &interrupted {
+        assert_eq!(r.stop_reason, Some(StopReason::Interrupted));
+        assert!(r.finished_at.is_some());
+        assert_eq!(&restarted.run(r.id).await.unwrap(), r);
+    }
+    assert_eq!(
+        s.run(done).await.unwrap().stop_reason,
+        Some(StopReason::EndTurn)
+    );
+    assert_eq!(
+        s.run(failed).await.unwrap().error.as_deref(),
+        Some("HTTP 500")
+    );
+    assert_eq!(restarted.interrupt_unfinished_runs().await.unwrap(), vec![]);
+}
+
+pub async fn events_are_numbered_and_paged(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let other = s.create_conversation("other", None).await.unwrap();
+    let run = RunId::new();
+    let u = user(c.id, c.root_id, "hi");
+    let mut sent = vec![AgentEvent::TurnStarted {
+        run_id: run,
+        conversation_id: c.id,
+        message: u,
+    }];
+    sent.extend((1..25).map(|i| delta(run, i)));
+    sent.push(AgentEvent::Stopped {
+        run_id: run,
+        reason: StopReason::EndTurn,
+        error: None,
+    });
+    for (i, e) in sent.iter().enumerate() {
+        assert_eq!(s.append_event(c.id, e).await.unwrap(), i as u64 + 1);
+        // Another conversation's log counts on its own.
+        assert_eq!(
+            s.append_event(other.id, &delta(run, i)).await.unwrap(),
+            i as u64 + 1
+        );
+    }
+
+    let mut got = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = s.events_since(c.id, after, 10).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 10);
+        after = page.last().unwrap().seq;
+        got.extend(page);
+    }
+    assert_eq!(
+        got.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=26).collect::<Vec<_>>()
+    );
+    assert_eq!(got.into_iter().map(|e| e.event).collect::<Vec<_>>(), sent);
+    let tail = s.events_since(c.id, 24, 100).await.unwrap();
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), [25, 26]);
+    assert_eq!(s.events_since(c.id, 26, 100).await.unwrap(), vec![]);
+    assert_eq!(s.events_since(c.id, 0, 0).await.unwrap(), vec![]);
+}
+
+pub async fn concurrent_events_have_no_gaps(db: Db) {
+    const TASKS: usize = 8;
+    const EACH: usize = 50;
+    let c = db.store.create_conversation("sys", None).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..TASKS {
+        let store = Arc::clone(&db.store);
+        tasks.spawn(async move {
+            let run = RunId::new();
+            let mut seqs = Vec::new();
+            for i in 0..EACH {
+                seqs.push(
+                    store
+                        .append_event(c.id, &delta(run, t * 1000 + i))
+                        .await
+                        .unwrap(),
+                );
+            }
+            seqs
+        });
+    }
+    let mut all = BTreeSet::new();
+    while let Some(seqs) = tasks.join_next().await {
+        let seqs = seqs.unwrap();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "one task's events in order"
+        );
+        all.extend(seqs);
+    }
+    let total = (TASKS * EACH) as u64;
+    assert_eq!(all, (1..=total).collect::<BTreeSet<_>>());
+    let stored = db.store.events_since(c.id, 0, 10_000).await.unwrap();
+    assert_eq!(
+        stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>()
+    );
+}
+
+pub async fn path_to_a_long_chain(db: Db) {
+    const LEN: usize = 10_000;
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let mut expected = vec![c.root_id];
+    for i in 1..LEN {
+        let parent = *expected.last().unwrap();
+        let m = if i % 2 == 1 {
+            user(c.id, parent, &format!("u{i}"))
+        } else {
+            assistant(c.id, parent, &format!("a{i}"))
+        };
+        s.append(&m).await.unwrap();
+        expected.push(m.id);
+    }
+    let path = s.path_to(*expected.last().unwrap()).await.unwrap();
+    assert_eq!(path.len(), LEN);
+    assert_eq!(ids(&path), expected);
+    assert_eq!(path[LEN - 1].text(), format!("u{}", LEN - 1));
+    let middle = s.path_to(expected[LEN / 2]).await.unwrap();
+    assert_eq!(ids(&middle), expected[..=LEN / 2]);
+}
+
+pub async fn data_survives_reopening(db: Db) {
+    let c = db
+        .store
+        .create_conversation("sys", Some("kept"))
+        .await
+        .unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = assistant(c.id, u1.id, "hello");
+    db.store.append(&u1).await.unwrap();
+    db.store.append(&a1).await.unwrap();
+    let run = RunId::new();
+    db.store.start_run(run, c.id).await.unwrap();
+    db.store
+        .finish_run(run, StopReason::EndTurn, None)
+        .await
+        .unwrap();
+    db.store.append_event(c.id, &delta(run, 1)).await.unwrap();
+    let path = db.store.path_to(a1.id).await.unwrap();
+    let record = db.store.run(run).await.unwrap();
+    let Db { url, store } = db;
+    drop(store);
+
+    let again = Db::new(url).await;
+    let s = &again.store;
+    let expected = toolwire_core::Conversation {
+        active_leaf: a1.id,
+        ..c
+    };
+    assert_eq!(s.conversation(c.id).await.unwrap(), expected);
+    assert_eq!(s.path_to(a1.id).await.unwrap(), path);
+    assert_eq!(s.run(run).await.unwrap(), record);
+    assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 1);
+    assert_eq!(s.append_event(c.id, &delta(run, 2)).await.unwrap(), 2);
+}
+
+pub async fn corrupt_content_is_reported(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    s.append(&u1).await.unwrap();
+    // Valid JSON (PostgreSQL checks that much), but not content blocks.
+    db.execute(r#"UPDATE messages SET content = '{"not": "blocks"}' WHERE role = 'user'"#)
+        .await;
+    for err in [
+        s.message(u1.id).await.unwrap_err(),
+        s.path_to(u1.id).await.unwrap_err(),
+        s.children(c.root_id).await.unwrap_err(),
+    ] {
+        match err {
+            StoreError::Corrupt(what) => assert!(what.contains(&u1.id.to_string()), "{what}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+    // The rest of the tree still reads.
+    assert_eq!(s.message(c.root_id).await.unwrap().text(), "sys");
+}
