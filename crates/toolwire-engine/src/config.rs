@@ -1,0 +1,49 @@
+//! How an engine behaves.
+
+use toolwire_core::PriceTable;
+
+use crate::provider::ToolFormat;
+
+/// Where a user message sent during a turn goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InterjectionMode {
+    /// A new user message in the tree, after the running tools' results;
+    /// the next assistant message answers it.
+    #[default]
+    NewMessage,
+    /// Appended to the result of the tool that completes next, in a
+    /// `<system-reminder>` block.
+    Reminder,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The system prompt of new conversations.
+    pub system_prompt: String,
+    /// Model calls per turn before it stops with `max_steps`.
+    pub max_steps: u32,
+    /// Tool calls of one step that run at the same time.
+    pub tool_concurrency: usize,
+    pub tool_format: ToolFormat,
+    pub interjections: InterjectionMode,
+    pub prices: PriceTable,
+    /// Events a subscriber may fall behind before it must resync from the
+    /// store.
+    pub event_capacity: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            system_prompt: "You are a helpful assistant with tools. Use them when they help."
+                .into(),
+            max_steps: 50,
+            tool_concurrency: 8,
+            tool_format: ToolFormat::Native,
+            interjections: InterjectionMode::NewMessage,
+            prices: PriceTable::default(),
+            event_capacity: 1024,
+        }
+    }
+}

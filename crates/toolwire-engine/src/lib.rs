@@ -1,0 +1,20 @@
+//! # toolwire-engine
+//!
+//! **Owns** the turn loop: providers (model calls over HTTP, and the
+//! scripted provider), tools (built-in, MCP, client-side), approvals,
+//! notifications, interjections, and the per-conversation event bus.
+//!
+//! **Invariants.** Knows no front-door wire format (no ACP or Letta names).
+//! Persist, then publish: every step is stored before any client hears of
+//! it. A slow subscriber never blocks a turn.
+
+mod bus;
+mod config;
+mod engine;
+pub mod provider;
+pub mod tools;
+mod turn;
+
+pub use bus::Observer;
+pub use config::{EngineConfig, InterjectionMode};
+pub use engine::{Engine, EngineError, Interjection, TurnHandle, TurnOutcome};

@@ -1,0 +1,80 @@
+//! Model providers: a request (the conversation path and the tools) in, a
+//! stream of [`StreamEvent`]s out. HTTP providers speak OpenAI chat
+//! completions or Anthropic messages and decode with `toolwire-stream`;
+//! the scripted provider plays a script for tests and demos.
+
+pub mod anthropic;
+mod http;
+pub mod openai;
+pub mod scripted;
+pub mod xml_format;
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use toolwire_core::Message;
+use toolwire_stream::StreamEvent;
+
+use crate::tools::ToolSpec;
+
+pub use anthropic::AnthropicProvider;
+pub use http::{HttpSettings, RetryPolicy};
+pub use openai::OpenAiProvider;
+pub use scripted::{Script, ScriptedProvider};
+
+/// What the model is asked.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    pub system: String,
+    /// The path after the root: user, assistant and tool messages.
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    /// Which turn of the conversation this is (0 for the first user
+    /// message), and which model call of the turn (1-based).
+    pub turn: usize,
+    pub iteration: u32,
+}
+
+/// Why a model call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    #[error("cannot reach {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("{url} answered HTTP {status}: {body}")]
+    Http {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the stream broke after {received} bytes: {message}")]
+    Broken { received: u64, message: String },
+    #[error("the provider reported an error: {0}")]
+    Reported(String),
+    #[error("missing API key: set the environment variable {0}")]
+    MissingKey(String),
+    #[error("script: {0}")]
+    Script(String),
+}
+
+/// Events of one model call.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
+
+/// A model behind some API.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The model name, for usage records and prices.
+    fn model(&self) -> &str;
+    /// Starts a call. Dropping the stream abandons it.
+    async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError>;
+}
+
+/// How tool calls are written by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolFormat {
+    /// The API's own tool calling.
+    #[default]
+    Native,
+    /// Tools described in the system prompt; calls written as XML text.
+    Xml,
+}

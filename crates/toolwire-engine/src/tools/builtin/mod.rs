@@ -1,0 +1,40 @@
+//! Built-in tools, confined to a workspace root.
+//!
+//! Every path argument goes through [`Workspace::resolve`] before any file
+//! is touched, so the sandbox rule lives in one place. `run_command` is the
+//! exception by nature: it confines only its working directory, not what
+//! the shell does.
+
+mod apply_diff;
+mod common;
+mod diff;
+mod list_dir;
+mod read_file;
+mod run_command;
+mod search;
+mod workspace;
+mod write_file;
+
+use std::sync::Arc;
+
+pub use apply_diff::ApplyDiff;
+pub use list_dir::ListDir;
+pub use read_file::ReadFile;
+pub use run_command::RunCommand;
+pub use search::Search;
+pub use workspace::Workspace;
+pub use write_file::WriteFile;
+
+use super::Tool;
+
+/// Every built-in tool, sharing one workspace.
+pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile::new(workspace.clone())),
+        Arc::new(WriteFile::new(workspace.clone())),
+        Arc::new(ApplyDiff::new(workspace.clone())),
+        Arc::new(ListDir::new(workspace.clone())),
+        Arc::new(Search::new(workspace.clone())),
+        Arc::new(RunCommand::new(workspace)),
+    ]
+}

@@ -1,0 +1,687 @@
+//! One turn of the tool loop: call the model, store its message, run its
+//! tool calls (concurrently, bounded), store each result as it completes,
+//! and go again until a final answer, the step limit, cancellation or an
+//! error. Every step is stored before it is published.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use toolwire_core::{
+    AgentEvent, ContentBlock, ConversationId, Message, MessageId, MessageStatus, Progress, Role,
+    RunId, StopReason, ToolCall, ToolCallId, Usage,
+};
+use toolwire_stream::{StreamEvent, XmlToolCallParser};
+
+use crate::config::InterjectionMode;
+use crate::engine::{Inner, TurnOutcome, user_message};
+use crate::provider::{ModelRequest, ProviderError, ToolFormat, xml_format};
+use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput};
+
+/// How a turn begins.
+pub(crate) enum Start {
+    /// With a new user message (its parent set).
+    User(Message),
+    /// From an existing message (regeneration).
+    From(MessageId),
+}
+
+/// Why the loop stops early.
+struct Stop {
+    reason: StopReason,
+    error: Option<String>,
+}
+
+impl Stop {
+    fn new(reason: StopReason, error: impl Into<String>) -> Self {
+        Stop {
+            reason,
+            error: Some(error.into()),
+        }
+    }
+}
+
+impl From<toolwire_store::StoreError> for Stop {
+    fn from(e: toolwire_store::StoreError) -> Self {
+        Stop::new(StopReason::Error, format!("store: {e}"))
+    }
+}
+
+struct Turn<'a> {
+    inner: &'a Inner,
+    conversation: ConversationId,
+    run_id: RunId,
+    cancel: CancellationToken,
+    /// The newest stored node of this turn.
+    leaf: MessageId,
+    usage: Usage,
+    cost: Option<f64>,
+    turn_index: usize,
+}
+
+pub(crate) async fn run(
+    inner: &Inner,
+    conversation: ConversationId,
+    run_id: RunId,
+    start: Start,
+    cancel: CancellationToken,
+) -> TurnOutcome {
+    let mut turn = Turn {
+        inner,
+        conversation,
+        run_id,
+        cancel,
+        leaf: MessageId::new(),
+        usage: Usage::default(),
+        cost: None,
+        turn_index: 0,
+    };
+    let result = turn.run(start).await;
+    let (reason, error, final_message) = match result {
+        Ok(final_message) => (StopReason::EndTurn, None, Some(final_message)),
+        Err(stop) => (stop.reason, stop.error, None),
+    };
+    if let Some(e) = &error {
+        tracing::warn!(%conversation, run = %run_id, reason = reason.as_str(), error = %e, "turn stopped");
+    }
+    if let Err(e) = inner
+        .store
+        .finish_run(run_id, reason, error.as_deref())
+        .await
+    {
+        tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
+    }
+    let stopped = AgentEvent::Stopped {
+        run_id,
+        reason,
+        error: error.clone(),
+    };
+    if let Err(e) = inner.bus.emit(conversation, stopped).await {
+        tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
+    }
+    TurnOutcome {
+        run_id,
+        conversation_id: conversation,
+        reason,
+        error,
+        final_message,
+        usage: turn.usage,
+        cost: turn.cost,
+    }
+}
+
+/// A call of the current step and how it is to be answered.
+struct PendingCall {
+    id: ToolCallId,
+    name: String,
+    arguments: Value,
+    /// The call could not be parsed; answered with this error unrun.
+    invalid: Option<String>,
+}
+
+impl Turn<'_> {
+    async fn run(&mut self, start: Start) -> Result<Message, Stop> {
+        self.inner
+            .store
+            .start_run(self.run_id, self.conversation)
+            .await?;
+        match start {
+            Start::User(user) => {
+                self.leaf = user.id;
+                self.inner.store.append(&user).await?;
+                self.emit(AgentEvent::TurnStarted {
+                    run_id: self.run_id,
+                    conversation_id: self.conversation,
+                    message: user,
+                })
+                .await?;
+            }
+            Start::From(id) => {
+                self.leaf = id;
+                self.inner
+                    .store
+                    .set_active_leaf(self.conversation, id)
+                    .await?;
+            }
+        }
+        for iteration in 1..=self.inner.config.max_steps {
+            let (assistant, calls) = self.model_step(iteration).await?;
+            if calls.is_empty() {
+                self.emit(AgentEvent::FinalResponse {
+                    run_id: self.run_id,
+                    message_id: assistant.id,
+                    usage: self.usage,
+                    cost: self.cost,
+                })
+                .await?;
+                return Ok(assistant);
+            }
+            self.run_tools(iteration, calls).await?;
+            if self.cancel.is_cancelled() {
+                return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
+            }
+        }
+        Err(Stop::new(
+            StopReason::MaxSteps,
+            format!(
+                "stopped after {} model calls (max_steps)",
+                self.inner.config.max_steps
+            ),
+        ))
+    }
+
+    async fn emit(&self, event: AgentEvent) -> Result<(), Stop> {
+        self.inner.bus.emit(self.conversation, event).await?;
+        Ok(())
+    }
+
+    /// One model call: streams its events out, stores the message.
+    async fn model_step(&mut self, iteration: u32) -> Result<(Message, Vec<PendingCall>), Stop> {
+        let path = self.inner.store.path_to(self.leaf).await?;
+        if iteration == 1 {
+            self.turn_index = path
+                .iter()
+                .filter(|m| m.role == Role::User)
+                .count()
+                .saturating_sub(1);
+        }
+        let request = self.request(&path, iteration);
+        let started = Instant::now();
+        let mut stream = tokio::select! {
+            s = self.inner.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
+            _ = self.cancel.cancelled() => return Err(Stop::new(StopReason::Cancelled, "cancelled by the user")),
+        };
+        let mut step = StepState::new(self.inner.config.tool_format);
+        let mut failure: Option<Stop> = None;
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = self.cancel.cancelled() => {
+                    failure = Some(Stop::new(StopReason::Cancelled, "cancelled by the user"));
+                    break;
+                }
+            };
+            let Some(item) = item else { break };
+            let events = match item {
+                Ok(event) => step.accept(event),
+                Err(e) => {
+                    failure = Some(Stop::new(StopReason::LlmApiError, e.to_string()));
+                    break;
+                }
+            };
+            for event in events {
+                if let Some(e) = self.forward(event).await? {
+                    failure = Some(e);
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        if failure.is_none() {
+            for event in step.finish() {
+                self.forward(event).await?;
+            }
+        }
+        let model = self.inner.provider.model().to_owned();
+        let mut message = Message::new(
+            self.conversation,
+            Some(self.leaf),
+            Role::Assistant,
+            step.content(failure.is_none()),
+        );
+        message.model = Some(model.clone());
+        message.duration_ms = Some(started.elapsed().as_millis() as u64);
+        if let Some(usage) = step.usage {
+            message.usage = Some(usage);
+            message.cost = self.inner.config.prices.cost(&model, &usage);
+            self.usage += usage;
+            if let Some(c) = message.cost {
+                self.cost = Some(self.cost.unwrap_or(0.0) + c);
+            }
+        }
+        if failure.is_some() {
+            // Keep what was received; its calls are not run.
+            message.status = MessageStatus::Interrupted;
+        }
+        if !message.content.is_empty() || failure.is_none() {
+            self.inner.store.append(&message).await?;
+            self.leaf = message.id;
+            self.emit(AgentEvent::AssistantMessageCreated {
+                run_id: self.run_id,
+                message: message.clone(),
+            })
+            .await?;
+        }
+        if let Some(stop) = failure {
+            return Err(stop);
+        }
+        let calls = step.calls();
+        Ok((message, calls))
+    }
+
+    fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
+        let system = path.first().map(Message::text).unwrap_or_default();
+        let rest = path.get(1..).unwrap_or_default();
+        let tools = self.inner.tools.specs();
+        match self.inner.config.tool_format {
+            ToolFormat::Native => ModelRequest {
+                system,
+                messages: rest.to_vec(),
+                tools,
+                turn: self.turn_index,
+                iteration,
+            },
+            ToolFormat::Xml => ModelRequest {
+                system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
+                messages: xml_format::as_text_protocol(rest),
+                tools: Vec::new(),
+                turn: self.turn_index,
+                iteration,
+            },
+        }
+    }
+
+    /// Publishes what a stream event means to clients; a provider error
+    /// ends the step.
+    async fn forward(&self, event: StreamEvent) -> Result<Option<Stop>, Stop> {
+        let run_id = self.run_id;
+        let agent_event = match event {
+            StreamEvent::TextDelta { text } => AgentEvent::TextDelta { run_id, text },
+            StreamEvent::ReasoningDelta { text } => AgentEvent::ReasoningDelta { run_id, text },
+            StreamEvent::ToolCallStarted {
+                call_id,
+                name,
+                server,
+            } => AgentEvent::ToolCallStarted {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                name,
+                server,
+            },
+            StreamEvent::ArgumentsDelta { call_id, fragment } => AgentEvent::ArgumentsDelta {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                fragment,
+            },
+            StreamEvent::ArgumentField {
+                call_id,
+                key,
+                value,
+            } => AgentEvent::ArgumentField {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                key: key.to_string(),
+                value,
+            },
+            StreamEvent::ProviderError { message } => {
+                return Ok(Some(Stop::new(
+                    StopReason::LlmApiError,
+                    format!("the provider reported: {message}"),
+                )));
+            }
+            StreamEvent::ParseError { message } => {
+                tracing::warn!(conversation = %self.conversation, %message, "undecodable model output");
+                return Ok(None);
+            }
+            // Recorded by the step; published with the stored message.
+            StreamEvent::ToolCallOpened { .. }
+            | StreamEvent::ArgumentFieldDelta { .. }
+            | StreamEvent::ToolCallReady { .. }
+            | StreamEvent::ToolCallFailed { .. }
+            | StreamEvent::Usage(_)
+            | StreamEvent::Finished { .. } => return Ok(None),
+        };
+        self.emit(agent_event).await?;
+        Ok(None)
+    }
+
+    /// Runs the step's calls, at most `tool_concurrency` at once, storing
+    /// each result as it completes. Interjections are taken when a tool
+    /// completes; calls not yet started are then skipped.
+    async fn run_tools(&mut self, iteration: u32, calls: Vec<PendingCall>) -> Result<(), Stop> {
+        let message_id = self.leaf;
+        self.emit(AgentEvent::ToolCallsGenerated {
+            run_id: self.run_id,
+            message_id,
+            calls: calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    server: None,
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect(),
+        })
+        .await?;
+        let path: Arc<[Message]> = self.inner.store.path_to(self.leaf).await?.into();
+        let (progress_tx, mut progress_rx) = mpsc::channel::<(ToolCallId, Progress)>(256);
+        let mut queue: VecDeque<PendingCall> = calls.into();
+        let mut running: JoinSet<(ToolCallId, Result<ToolOutput, ToolError>, Duration)> =
+            JoinSet::new();
+        // Interjections for a new user message; once any arrives, calls
+        // not yet started are skipped.
+        let mut interjected: Vec<String> = Vec::new();
+        let mut skip_rest = false;
+        let limit = self.inner.config.tool_concurrency.max(1);
+        loop {
+            while running.len() < limit && !skip_rest && !self.cancel.is_cancelled() {
+                let Some(call) = queue.pop_front() else { break };
+                if let Some(reason) = &call.invalid {
+                    let output = ToolOutput::error(format!(
+                        "Your call to `{}` could not be read: {reason}",
+                        call.name
+                    ));
+                    self.store_result(&call.id, Ok(output), Duration::ZERO, None)
+                        .await?;
+                    continue;
+                }
+                self.emit(AgentEvent::ToolExecutionStarted {
+                    run_id: self.run_id,
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                })
+                .await?;
+                let Some(tool) = self.inner.tools.get(&call.name).cloned() else {
+                    let available: Vec<String> = self
+                        .inner
+                        .tools
+                        .specs()
+                        .into_iter()
+                        .map(|s| s.name)
+                        .collect();
+                    let output = ToolOutput::error(format!(
+                        "There is no tool named `{}`. Available tools: {}.",
+                        call.name,
+                        available.join(", ")
+                    ));
+                    self.store_result(&call.id, Ok(output), Duration::ZERO, None)
+                        .await?;
+                    continue;
+                };
+                let ctx = ToolContext {
+                    conversation_id: self.conversation,
+                    run_id: self.run_id,
+                    call_id: call.id.clone(),
+                    path: path.clone(),
+                    iteration,
+                    cancel: self.cancel.child_token(),
+                    progress: ProgressHandle::new(call.id.clone(), progress_tx.clone()),
+                    client_id: None,
+                };
+                running.spawn(async move {
+                    let started = Instant::now();
+                    let result = tool.call(call.arguments, ctx).await;
+                    (call.id, result, started.elapsed())
+                });
+            }
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((call_id, progress)) = progress_rx.recv() => {
+                    self.emit(AgentEvent::ToolExecutionProgress { run_id: self.run_id, call_id, progress }).await?;
+                }
+                Some(joined) = running.join_next() => {
+                    let (call_id, result, took) = match joined {
+                        Ok(done) => done,
+                        Err(e) => {
+                            tracing::error!(error = %e, "a tool task panicked");
+                            continue;
+                        }
+                    };
+                    let new = self.take_interjections();
+                    skip_rest |= !new.is_empty();
+                    let reminder = match self.inner.config.interjections {
+                        InterjectionMode::Reminder if !new.is_empty() => Some(new.join("\n\n")),
+                        _ => {
+                            interjected.extend(new);
+                            None
+                        }
+                    };
+                    self.store_result(&call_id, result, took, reminder).await?;
+                }
+            }
+        }
+        // Calls never started: answered, so every call has a result.
+        let skip_reason = if self.cancel.is_cancelled() {
+            "Not run: the user cancelled the turn."
+        } else {
+            "Not run: the user interjected before this call started."
+        };
+        for call in queue {
+            self.store_result(
+                &call.id,
+                Ok(ToolOutput::error(skip_reason)),
+                Duration::ZERO,
+                None,
+            )
+            .await?;
+        }
+        if !interjected.is_empty() {
+            let user = user_message(self.conversation, self.leaf, &interjected.join("\n\n"));
+            self.inner.store.append(&user).await?;
+            self.leaf = user.id;
+            self.emit(AgentEvent::UserInterjection {
+                run_id: self.run_id,
+                message: user,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn take_interjections(&self) -> Vec<String> {
+        match self.inner.active.lock() {
+            Ok(mut active) => active
+                .get_mut(&self.conversation)
+                .map(|t| t.interjections.drain(..).collect())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Stores one result as a tool message under the newest node.
+    async fn store_result(
+        &mut self,
+        call_id: &ToolCallId,
+        result: Result<ToolOutput, ToolError>,
+        took: Duration,
+        reminder: Option<String>,
+    ) -> Result<(), Stop> {
+        let (mut content, is_error, error) = match result {
+            Ok(out) => (out.content, out.is_error, None),
+            Err(e) => {
+                let text = format!("Error: {e}");
+                (text.clone(), true, Some(e.to_string()))
+            }
+        };
+        if let Some(reminder) = reminder {
+            content.push_str(&format!(
+                "\n\n<system-reminder>\nThe user sent a message while this tool ran:\n{reminder}\n</system-reminder>"
+            ));
+        }
+        let mut message = Message::new(
+            self.conversation,
+            Some(self.leaf),
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: call_id.clone(),
+                content,
+                is_error,
+            }],
+        );
+        message.duration_ms = Some(took.as_millis() as u64);
+        if is_error {
+            message.status = MessageStatus::Error;
+        }
+        self.inner.store.append(&message).await?;
+        self.leaf = message.id;
+        let run_id = self.run_id;
+        let call_id = call_id.clone();
+        self.emit(match error {
+            Some(error) => AgentEvent::ToolExecutionFailed {
+                run_id,
+                call_id,
+                error,
+                message,
+            },
+            None => AgentEvent::ToolExecutionCompleted {
+                run_id,
+                call_id,
+                message,
+            },
+        })
+        .await
+    }
+}
+
+/// What one model call has produced so far.
+struct StepState {
+    xml: Option<XmlToolCallParser>,
+    reasoning: String,
+    text: String,
+    /// Calls in the order they started; `None` arguments until ready.
+    calls: Vec<(ToolCallId, String, Option<Value>, Option<String>)>,
+    raw_arguments: HashMap<String, String>,
+    usage: Option<Usage>,
+}
+
+impl StepState {
+    fn new(format: ToolFormat) -> Self {
+        StepState {
+            xml: (format == ToolFormat::Xml).then(XmlToolCallParser::new),
+            reasoning: String::new(),
+            text: String::new(),
+            calls: Vec::new(),
+            raw_arguments: HashMap::new(),
+            usage: None,
+        }
+    }
+
+    /// Records `event`; returns the events to publish (with the XML
+    /// format, text is parsed for calls first).
+    fn accept(&mut self, event: StreamEvent) -> Vec<StreamEvent> {
+        let events = match (&mut self.xml, event) {
+            (Some(parser), StreamEvent::TextDelta { text }) => parser.feed(&text),
+            (_, other) => vec![other],
+        };
+        for e in &events {
+            self.record(e);
+        }
+        events
+    }
+
+    fn finish(&mut self) -> Vec<StreamEvent> {
+        let events = self
+            .xml
+            .as_mut()
+            .map(XmlToolCallParser::finish)
+            .unwrap_or_default();
+        for e in &events {
+            self.record(e);
+        }
+        events
+    }
+
+    fn record(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::TextDelta { text } => self.text.push_str(text),
+            StreamEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
+            StreamEvent::ToolCallStarted { call_id, name, .. } => {
+                self.calls
+                    .push((ToolCallId(call_id.to_string()), name.clone(), None, None));
+            }
+            StreamEvent::ArgumentsDelta { call_id, fragment } => {
+                self.raw_arguments
+                    .entry(call_id.to_string())
+                    .or_default()
+                    .push_str(fragment);
+            }
+            StreamEvent::ToolCallReady {
+                call_id, arguments, ..
+            } => {
+                if let Some(c) = self.calls.iter_mut().find(|c| *c.0.0 == **call_id) {
+                    c.2 = Some(arguments.clone());
+                }
+            }
+            StreamEvent::ToolCallFailed { call_id, reason } => {
+                match self.calls.iter_mut().find(|c| *c.0.0 == **call_id) {
+                    Some(c) => c.3 = Some(reason.clone()),
+                    None => self.calls.push((
+                        ToolCallId(call_id.to_string()),
+                        String::new(),
+                        None,
+                        Some(reason.clone()),
+                    )),
+                }
+            }
+            StreamEvent::Usage(u) => {
+                self.usage = Some(Usage {
+                    prompt_tokens: u.prompt_tokens,
+                    completion_tokens: u.completion_tokens,
+                    cached_tokens: u.cached_tokens,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// The message content: reasoning, text, then the tool calls (only
+    /// when the step completed: a broken step's calls are not run).
+    fn content(&self, complete: bool) -> Vec<ContentBlock> {
+        let mut content = Vec::new();
+        if !self.reasoning.is_empty() {
+            content.push(ContentBlock::Reasoning {
+                text: self.reasoning.clone(),
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: self.text.clone(),
+            });
+        }
+        if complete {
+            for (id, name, arguments, _) in &self.calls {
+                let arguments = arguments.clone().unwrap_or_else(|| {
+                    Value::String(self.raw_arguments.get(&id.0).cloned().unwrap_or_default())
+                });
+                content.push(ContentBlock::ToolUse {
+                    id: id.clone(),
+                    server: None,
+                    name: name.clone(),
+                    arguments,
+                });
+            }
+        }
+        content
+    }
+
+    fn calls(&self) -> Vec<PendingCall> {
+        self.calls
+            .iter()
+            .map(|(id, name, arguments, failed)| PendingCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone().unwrap_or(Value::Null),
+                invalid: match (arguments, failed) {
+                    (_, Some(reason)) => Some(reason.clone()),
+                    (None, None) => Some("the call was never completed".into()),
+                    (Some(_), None) => None,
+                },
+            })
+            .collect()
+    }
+}
+
+impl From<ProviderError> for Stop {
+    fn from(e: ProviderError) -> Self {
+        Stop::new(StopReason::LlmApiError, e.to_string())
+    }
+}

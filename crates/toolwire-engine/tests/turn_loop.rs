@@ -1,0 +1,377 @@
+//! The loop's control: cancellation, interjections, the step limit, edits
+//! and regenerations, the XML tool format, and recovery after a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+use toolwire_core::{ContentBlock, Role, StopReason};
+use toolwire_engine::provider::{OpenAiProvider, Script, ScriptedProvider, ToolFormat};
+use toolwire_engine::{Engine, EngineConfig, Interjection, InterjectionMode};
+
+fn script(yaml: &str) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
+}
+
+const TWO_CALLS_THEN_ANSWER: &str = r#"
+steps:
+  - text: "Working."
+    tool_calls:
+      - {name: slow, arguments: {n: 1}}
+      - {name: slow, arguments: {n: 2}}
+      - {name: slow, arguments: {n: 3}}
+  - text: "All done."
+"#;
+
+#[tokio::test]
+async fn cancel_stops_running_tools_and_answers_every_call() {
+    let tools = echo_tools(&["slow"], Duration::from_secs(30));
+    let config = EngineConfig {
+        tool_concurrency: 2,
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(script(TWO_CALLS_THEN_ANSWER), tools, config).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let mut events = engine.subscribe(conv.id);
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    // Wait until both permitted tools run, then cancel.
+    let mut started = 0;
+    while started < 2 {
+        let e = events.recv().await.unwrap();
+        if type_of(&e.event) == "tool_execution_started" {
+            started += 1;
+        }
+    }
+    assert!(engine.cancel(conv.id));
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.wait())
+        .await
+        .unwrap();
+    assert_eq!(outcome.reason, StopReason::Cancelled);
+
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let results: Vec<String> = path
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| match &m.content[0] {
+            ContentBlock::ToolResult { content, .. } => content.clone(),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(results.len(), 3, "every call has a result: {results:?}");
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.as_str() == "Error: cancelled")
+            .count(),
+        2
+    );
+    assert!(results.iter().any(|r| r.contains("user cancelled")));
+    assert!(!engine.is_running(conv.id));
+}
+
+#[tokio::test]
+async fn interjection_becomes_a_user_message_and_skips_unstarted_calls() {
+    let tools = echo_tools(&["slow"], Duration::from_millis(300));
+    let config = EngineConfig {
+        tool_concurrency: 1,
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(script(TWO_CALLS_THEN_ANSWER), tools, config).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let mut events = engine.subscribe(conv.id);
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    loop {
+        let e = events.recv().await.unwrap();
+        if type_of(&e.event) == "tool_execution_started" {
+            break;
+        }
+    }
+    assert!(matches!(
+        engine.interject(conv.id, "also check n=4").await.unwrap(),
+        Interjection::Queued
+    ));
+    let outcome = handle.wait().await;
+    assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
+
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let shape: Vec<String> = path
+        .iter()
+        .map(|m| match (m.role, m.content.first()) {
+            (Role::Tool, Some(ContentBlock::ToolResult { content, .. }))
+                if content.starts_with("Not run") =>
+            {
+                "skipped".into()
+            }
+            (Role::Tool, _) => "result".into(),
+            (role, _) => role.as_str().into(),
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "system",
+            "user",
+            "assistant",
+            "result",
+            "skipped",
+            "skipped",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(path[6].text(), "also check n=4");
+    assert!(
+        event_types(&engine, conv.id)
+            .await
+            .contains(&"user_interjection".to_string())
+    );
+}
+
+#[tokio::test]
+async fn interjection_in_reminder_mode_rides_on_the_tool_result() {
+    let tools = echo_tools(&["slow"], Duration::from_millis(300));
+    let config = EngineConfig {
+        tool_concurrency: 1,
+        interjections: InterjectionMode::Reminder,
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(script(TWO_CALLS_THEN_ANSWER), tools, config).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let mut events = engine.subscribe(conv.id);
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    loop {
+        if type_of(&events.recv().await.unwrap().event) == "tool_execution_started" {
+            break;
+        }
+    }
+    engine.interject(conv.id, "use n=9 instead").await.unwrap();
+    assert_eq!(handle.wait().await.reason, StopReason::EndTurn);
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let first_result = path.iter().find(|m| m.role == Role::Tool).unwrap();
+    let ContentBlock::ToolResult { content, .. } = &first_result.content[0] else {
+        panic!()
+    };
+    assert!(content.starts_with("slow got {\"n\":1}"));
+    assert!(
+        content.contains("<system-reminder>") && content.contains("use n=9 instead"),
+        "{content}"
+    );
+    assert_eq!(path.iter().filter(|m| m.role == Role::User).count(), 1);
+}
+
+#[tokio::test]
+async fn interjection_with_no_turn_running_starts_one() {
+    let (engine, _dir) = engine(
+        script("steps:\n  - text: hi\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let Interjection::Started(handle) = engine.interject(conv.id, "hello?").await.unwrap() else {
+        panic!("expected a new turn")
+    };
+    assert_eq!(handle.wait().await.reason, StopReason::EndTurn);
+}
+
+#[tokio::test]
+async fn step_limit_stops_a_model_that_never_answers() {
+    let looping =
+        "steps:\n".to_string() + &"  - tool_calls: [{name: fast, arguments: {}}]\n".repeat(10);
+    let config = EngineConfig {
+        max_steps: 3,
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(
+        script(&looping),
+        echo_tools(&["fast"], Duration::ZERO),
+        config,
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let outcome = engine.run(conv.id, "loop").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::MaxSteps);
+    assert!(outcome.error.unwrap().contains("max_steps"));
+}
+
+#[tokio::test]
+async fn a_second_send_during_a_turn_is_refused() {
+    let tools = echo_tools(&["slow"], Duration::from_millis(200));
+    let (engine, _dir) = engine(
+        script(TWO_CALLS_THEN_ANSWER),
+        tools,
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    let err = engine.send(conv.id, "again", None).await.unwrap_err();
+    assert!(err.to_string().contains("already running"), "{err}");
+    handle.wait().await;
+}
+
+#[tokio::test]
+async fn edit_regenerate_and_switch_change_what_the_model_sees() {
+    let server = MockServer::start(vec![Reply::sse(openai_sse("answer", &[]))]).await;
+    let provider = Arc::new(OpenAiProvider::new(http(&server.url), "gpt-test", true));
+    let (engine, _dir) = engine(
+        provider,
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let store = engine.store().clone();
+    let conv = engine.create_conversation(None).await.unwrap();
+    engine.run(conv.id, "first question").await.unwrap();
+    let leaf = store.conversation(conv.id).await.unwrap().active_leaf;
+    let path = store.path_to(leaf).await.unwrap();
+    let (user, answer) = (path[1].id, path[2].id);
+
+    // Edit: a sibling user message; the model sees only the new text.
+    engine
+        .edit(user, "edited question")
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    let last = server.received().pop().unwrap();
+    let contents: Vec<&str> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        contents,
+        [engine.config().system_prompt.as_str(), "edited question"]
+    );
+    assert_eq!(store.siblings(user).await.unwrap().len(), 2);
+
+    // Regenerate the first answer: a sibling under the original question.
+    engine.regenerate(answer).await.unwrap().wait().await;
+    let last = server.received().pop().unwrap();
+    assert_eq!(last.body["messages"][1]["content"], "first question");
+    assert_eq!(store.siblings(answer).await.unwrap().len(), 2);
+
+    // Switch back to the original branch and continue from it.
+    store.set_active_leaf(conv.id, answer).await.unwrap();
+    engine.run(conv.id, "follow-up").await.unwrap();
+    let last = server.received().pop().unwrap();
+    let contents: Vec<&str> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(contents[1..], ["first question", "answer", "follow-up"]);
+    assert_eq!(store.leaves(conv.id).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn xml_tool_format_parses_calls_from_text() {
+    let yaml = r#"
+steps:
+  - text: "Reading it."
+    tool_calls: [{name: fast, arguments: {path: "a.rs"}}]
+    chunk_size: 5
+  - text: "Read."
+"#;
+    let provider = Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), true));
+    let config = EngineConfig {
+        tool_format: ToolFormat::Xml,
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(provider, echo_tools(&["fast"], Duration::ZERO), config).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let outcome = engine.run(conv.id, "read a.rs").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let assistant = &path[2];
+    assert_eq!(assistant.text().trim(), "Reading it.");
+    let calls: Vec<_> = assistant.tool_uses().collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].2, "fast");
+    assert_eq!(calls[0].3, &json!({"path": "a.rs"}));
+    let types = event_types(&engine, conv.id).await;
+    assert!(types.contains(&"tool_call_started".to_string()));
+    assert!(types.contains(&"tool_execution_completed".to_string()));
+}
+
+#[tokio::test]
+async fn unknown_tools_and_unreadable_calls_get_error_results() {
+    let yaml = r#"
+steps:
+  - tool_calls: [{name: nonexistent, arguments: {}}]
+  - text: "ok"
+"#;
+    let (engine, _dir) = engine(
+        script(yaml),
+        echo_tools(&["fast"], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    assert_eq!(
+        engine.run(conv.id, "x").await.unwrap().reason,
+        StopReason::EndTurn
+    );
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let ContentBlock::ToolResult {
+        content, is_error, ..
+    } = &path[3].content[0]
+    else {
+        panic!()
+    };
+    assert!(*is_error);
+    assert!(
+        content.contains("no tool named `nonexistent`") && content.contains("fast"),
+        "{content}"
+    );
+}
+
+#[tokio::test]
+async fn restart_marks_the_unfinished_turn_interrupted() {
+    let (store, _dir) = sqlite_store().await;
+    let engine = Engine::start(
+        store.clone(),
+        script("steps:\n  - text: hi\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await
+    .unwrap();
+    let conv = engine.create_conversation(None).await.unwrap();
+    // A run the "previous process" never finished.
+    let run = toolwire_core::RunId::new();
+    store.start_run(run, conv.id).await.unwrap();
+    drop(engine);
+    let engine = Engine::start(
+        store.clone(),
+        script("steps:\n  - text: hi\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store.run(run).await.unwrap().stop_reason,
+        Some(StopReason::Interrupted)
+    );
+    let events = engine.events_since(conv.id, 0, 100).await.unwrap();
+    assert!(matches!(
+        events.last().unwrap().event,
+        toolwire_core::AgentEvent::Stopped {
+            reason: StopReason::Interrupted,
+            ..
+        }
+    ));
+}
