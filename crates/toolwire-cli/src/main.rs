@@ -1,11 +1,14 @@
 //! The `toolwire` binary: command-line parsing and wiring of the library
 //! crates. Errors are `anyhow` here and only here.
 
+mod config;
+mod exec;
 mod stream_decode;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 /// toolwire: an agent runtime that makes every tool call visible and
 /// controllable, from the moment the model writes its name.
@@ -18,6 +21,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one turn without a UI: the answer on stdout, tool activity on
+    /// stderr (or every event as JSON lines with --json). Exits 0 when the
+    /// model gave its final answer.
+    Exec(exec::ExecArgs),
     /// Work with recorded model streams.
     #[command(subcommand)]
     Stream(StreamCommand),
@@ -33,14 +40,40 @@ enum StreamCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logs go to stderr (stdout carries answers and protocols); RUST_LOG
+    // adjusts the level.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.command {
-        Command::Stream(StreamCommand::Decode(args)) => stream_decode::run(&args),
+        Command::Exec(args) => runtime().and_then(|rt| rt.block_on(exec::run(&args))),
+        Command::Stream(StreamCommand::Decode(args)) => {
+            stream_decode::run(&args).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
+        // The reader went away (`toolwire exec … | head`): not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("toolwire: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

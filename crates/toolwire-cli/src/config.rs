@@ -1,0 +1,241 @@
+//! Settings shared by `serve`, `acp`, `exec` and `chat`: each comes from its
+//! flag, else its `TOOLWIRE_*` environment variable, else the config file
+//! (same keys, TOML), else a default.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use toolwire_core::PriceTable;
+use toolwire_engine::provider::{
+    AnthropicProvider, HttpSettings, OpenAiProvider, Provider, RetryPolicy, Script,
+    ScriptedProvider, ToolFormat, anthropic, openai, scripted,
+};
+use toolwire_engine::tools::ToolRegistry;
+use toolwire_engine::tools::builtin::{self, Workspace};
+use toolwire_engine::{Engine, EngineConfig};
+
+pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp, Ollama…).
+    Openai,
+    /// Anthropic messages.
+    Anthropic,
+    /// Plays a script file (or the built-in demo): deterministic, offline.
+    Scripted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolFormatArg {
+    /// The API's own tool calling.
+    Native,
+    /// Tools described in the prompt; calls written as XML in the text.
+    Xml,
+}
+
+/// Flags every command that runs the engine accepts.
+#[derive(Debug, Clone, Args, Default)]
+pub struct EngineArgs {
+    /// Database URL: sqlite://PATH or postgres://… [default: sqlite://toolwire.db]
+    #[arg(long, env = "TOOLWIRE_DB", value_name = "URL")]
+    pub db: Option<String>,
+    /// TOML config file with the same keys as these flags (and prices).
+    #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Model API [default: scripted demo when no model is configured].
+    #[arg(long, env = "TOOLWIRE_PROVIDER", value_enum)]
+    pub provider: Option<ProviderKind>,
+    /// API base URL [default: the provider's public API].
+    #[arg(long, env = "TOOLWIRE_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Model name.
+    #[arg(long, env = "TOOLWIRE_MODEL", value_name = "NAME")]
+    pub model: Option<String>,
+    /// Environment variable holding the API key
+    /// [default: OPENAI_API_KEY or ANTHROPIC_API_KEY].
+    #[arg(long, env = "TOOLWIRE_API_KEY_ENV", value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// How the model writes tool calls [default: native].
+    #[arg(long, env = "TOOLWIRE_TOOL_FORMAT", value_enum)]
+    pub tool_format: Option<ToolFormatArg>,
+    /// Script for the scripted provider (JSON or YAML).
+    #[arg(long, env = "TOOLWIRE_SCRIPT", value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// Root of the built-in file tools [default: the working directory].
+    #[arg(long, env = "TOOLWIRE_WORKSPACE", value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+}
+
+/// The config file: the same keys, plus what has no flag.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    db: Option<String>,
+    provider: Option<ProviderKind>,
+    base_url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    tool_format: Option<ToolFormatArg>,
+    script: Option<PathBuf>,
+    workspace: Option<PathBuf>,
+    system_prompt: Option<String>,
+    max_steps: Option<u32>,
+    /// US dollars per million tokens, by model: `[prices."gpt-4o"]`
+    /// `input = 2.5`, `output = 10.0`, `cached_input = 1.25`.
+    #[serde(default)]
+    prices: PriceTable,
+}
+
+/// Everything resolved.
+pub struct Settings {
+    pub db: String,
+    pub provider: ProviderKind,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub tool_format: ToolFormat,
+    pub script: Option<PathBuf>,
+    pub workspace: PathBuf,
+    pub engine: EngineConfig,
+    /// The built-in demo script plays because no model is configured.
+    pub demo: bool,
+}
+
+impl EngineArgs {
+    pub fn resolve(&self) -> Result<Settings> {
+        let file = match &self.config {
+            Some(path) => read_config(path)?,
+            None => FileConfig::default(),
+        };
+        let model = self.model.clone().or(file.model);
+        let script = self.script.clone().or(file.script);
+        let explicit = self.provider.or(file.provider);
+        let demo = explicit.is_none() && model.is_none() && script.is_none();
+        let provider = explicit.unwrap_or(if model.is_some() {
+            ProviderKind::Openai
+        } else {
+            ProviderKind::Scripted
+        });
+        let tool_format = match self.tool_format.or(file.tool_format) {
+            Some(ToolFormatArg::Xml) => ToolFormat::Xml,
+            _ => ToolFormat::Native,
+        };
+        let workspace = match self.workspace.clone().or(file.workspace) {
+            Some(dir) => dir,
+            None => std::env::current_dir().context("reading the working directory")?,
+        };
+        let defaults = EngineConfig::default();
+        Ok(Settings {
+            db: self
+                .db
+                .clone()
+                .or(file.db)
+                .unwrap_or_else(|| DEFAULT_DB.to_owned()),
+            provider,
+            base_url: self.base_url.clone().or(file.base_url),
+            model,
+            api_key_env: self.api_key_env.clone().or(file.api_key_env),
+            tool_format,
+            script,
+            workspace,
+            engine: EngineConfig {
+                system_prompt: file.system_prompt.unwrap_or(defaults.system_prompt),
+                max_steps: file.max_steps.unwrap_or(defaults.max_steps),
+                tool_format,
+                prices: file.prices,
+                ..defaults
+            },
+            demo,
+        })
+    }
+}
+
+fn read_config(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))
+}
+
+impl Settings {
+    /// The model provider these settings describe.
+    pub fn provider(&self) -> Result<Arc<dyn Provider>> {
+        let native = self.tool_format == ToolFormat::Native;
+        Ok(match self.provider {
+            ProviderKind::Scripted => {
+                let text = match &self.script {
+                    Some(path) => std::fs::read_to_string(path)
+                        .with_context(|| format!("reading script {}", path.display()))?,
+                    None => scripted::DEMO_SCRIPT.to_owned(),
+                };
+                let script = Script::parse(&text)?;
+                Arc::new(ScriptedProvider::new(script, !native))
+            }
+            ProviderKind::Openai => {
+                let settings = self.http(openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
+                Arc::new(OpenAiProvider::new(settings, self.model_name()?, native))
+            }
+            ProviderKind::Anthropic => {
+                let settings = self.http(anthropic::DEFAULT_BASE_URL, "ANTHROPIC_API_KEY")?;
+                Arc::new(AnthropicProvider::new(settings, self.model_name()?, native))
+            }
+        })
+    }
+
+    fn model_name(&self) -> Result<String> {
+        match &self.model {
+            Some(m) => Ok(m.clone()),
+            None => bail!("--model is required with --provider openai or anthropic"),
+        }
+    }
+
+    fn http(&self, default_url: &str, default_key_env: &str) -> Result<HttpSettings> {
+        let base_url = self
+            .base_url
+            .clone()
+            .unwrap_or_else(|| default_url.to_owned());
+        let key_env = self.api_key_env.as_deref().unwrap_or(default_key_env);
+        let api_key = std::env::var(key_env).ok().filter(|k| !k.is_empty());
+        if api_key.is_none() && self.base_url.is_none() {
+            bail!(
+                "no API key: set {key_env} (or --api-key-env VAR), or point --base-url at a local server"
+            );
+        }
+        Ok(HttpSettings {
+            base_url,
+            api_key,
+            retry: RetryPolicy::default(),
+            headers: Vec::new(),
+        })
+    }
+
+    /// The built-in tools, confined to the workspace.
+    pub fn tools(&self) -> Result<ToolRegistry> {
+        let workspace = Workspace::new(&self.workspace)
+            .with_context(|| format!("workspace {}", self.workspace.display()))?;
+        let mut registry = ToolRegistry::new();
+        for tool in builtin::all(Arc::new(workspace)) {
+            registry.register(tool);
+        }
+        Ok(registry)
+    }
+
+    /// Opens the store and starts the engine.
+    pub async fn engine(&self) -> Result<Engine> {
+        if self.demo {
+            eprintln!(
+                "toolwire: no model configured; playing the built-in demo script \
+                 (set --provider, --model and --base-url to use a real model)"
+            );
+        }
+        let store = toolwire_store::open(&self.db)
+            .await
+            .with_context(|| format!("opening the database {}", self.db))?;
+        Ok(Engine::start(store, self.provider()?, self.tools()?, self.engine.clone()).await?)
+    }
+}

@@ -1,0 +1,294 @@
+//! `toolwire exec`, run as a user would: the real binary, a real SQLite
+//! file, the scripted provider, and a process killed mid-turn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolwire_core::{ContentBlock, ConversationId, Role, StopReason};
+
+fn toolwire(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    cmd.current_dir(dir).env_remove("RUST_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLWIRE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+fn script(dir: &Path, yaml: &str) -> String {
+    let path = dir.join("script.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path.display().to_string()
+}
+
+const READ_THEN_ANSWER: &str = r#"
+steps:
+  - text: "Reading."
+    tool_calls: [{name: read_file, arguments: {path: "notes.txt"}}]
+  - text: "The notes say hello."
+"#;
+
+#[test]
+fn answers_on_stdout_activity_on_stderr_and_exit_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let script = script(dir.path(), READ_THEN_ANSWER);
+    let out = toolwire(dir.path())
+        .args([
+            "exec",
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "what do the notes say?",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Reading.\nThe notes say hello.\n");
+    assert!(
+        stderr.contains("→ read_file…") && stderr.contains("path: \"notes.txt\""),
+        "{stderr}"
+    );
+    assert!(
+        dir.path().join("toolwire.db").exists(),
+        "default database in the working directory"
+    );
+}
+
+#[test]
+fn json_mode_prints_every_event_and_conversations_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let script = script(dir.path(), READ_THEN_ANSWER);
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let out = toolwire(dir.path())
+        .args([
+            "exec",
+            "--json",
+            "--db",
+            &db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "every event, in order"
+    );
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    for t in [
+        "turn_started",
+        "tool_call_started",
+        "argument_field",
+        "tool_execution_completed",
+        "final_response",
+    ] {
+        assert!(types.contains(&t), "{t} missing from {types:?}");
+    }
+    assert_eq!(events.last().unwrap()["reason"], "end_turn");
+    let conversation = events[0]["conversation_id"].as_str().unwrap().to_owned();
+
+    // A second turn in the same conversation sees the first.
+    let out = toolwire(dir.path())
+        .args([
+            "exec",
+            "--json",
+            "--db",
+            &db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+        ])
+        .args(["--conversation", &conversation, "and again?"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: Value = serde_json::from_str(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["conversation_id"], conversation.as_str());
+}
+
+#[test]
+fn failures_exit_non_zero_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), "steps:\n  - error: \"model overloaded\"\n");
+    let out = toolwire(dir.path())
+        .args(["exec", "--provider", "scripted", "--script", &script, "hi"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("llm_api_error") && stderr.contains("model overloaded"),
+        "{stderr}"
+    );
+
+    let out = toolwire(dir.path())
+        .args(["exec", "--conversation", "not-a-uuid", "hi"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid conversation id"));
+
+    let out = toolwire(dir.path())
+        .args(["exec", "--db", "mysql://x", "hi"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not supported"));
+}
+
+/// The process is killed while a tool runs, after an earlier tool
+/// completed. On restart every completed step is in the tree and the turn
+/// is marked interrupted.
+#[tokio::test]
+async fn a_crash_mid_turn_keeps_completed_steps_and_marks_the_turn_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let script = script(
+        dir.path(),
+        r#"
+turns:
+  - steps:
+      - tool_calls: [{name: read_file, arguments: {path: "notes.txt"}}]
+      - text: "Now a long one."
+        tool_calls: [{name: run_command, arguments: {command: "sleep 60"}}]
+      - text: "never reached"
+  - steps:
+      - text: "Back after the restart."
+"#,
+    );
+    let db_path = dir.path().join("crash.db");
+    let db = format!("sqlite://{}", db_path.display());
+    let mut child = toolwire(dir.path())
+        .args([
+            "exec",
+            "--json",
+            "--db",
+            &db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "go",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // Read events until the long tool has started, then kill the process.
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut conversation = None;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if event["type"] == "turn_started" {
+                conversation = event["conversation_id"].as_str().map(str::to_owned);
+            }
+            if event["type"] == "tool_execution_started" && event["name"] == "run_command" {
+                return conversation;
+            }
+        }
+        None
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reader.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let conversation: ConversationId = reader
+        .join()
+        .unwrap()
+        .expect("the long tool started")
+        .parse()
+        .unwrap();
+
+    // Restart: a new process opens the same database.
+    let out = toolwire(dir.path())
+        .args([
+            "exec",
+            "--db",
+            &db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+        ])
+        .args(["--conversation", &conversation.to_string(), "status?"])
+        .output()
+        .unwrap();
+    assert!(out.status.code().is_some());
+
+    let store = toolwire_store::open(&db).await.unwrap();
+    let events = store.events_since(conversation, 0, 10_000).await.unwrap();
+    let interrupted = events.iter().find_map(|e| match &e.event {
+        toolwire_core::AgentEvent::Stopped {
+            run_id,
+            reason: StopReason::Interrupted,
+            ..
+        } => Some(*run_id),
+        _ => None,
+    });
+    let run = store
+        .run(interrupted.expect("an interrupted stop event"))
+        .await
+        .unwrap();
+    assert_eq!(run.stop_reason, Some(StopReason::Interrupted));
+
+    // The first turn's completed steps: user, assistant with read_file,
+    // its result, then the assistant message with run_command.
+    let first_user = events
+        .iter()
+        .find_map(|e| match &e.event {
+            toolwire_core::AgentEvent::TurnStarted { message, .. } => Some(message.id),
+            _ => None,
+        })
+        .unwrap();
+    let mut node = store.children(first_user).await.unwrap();
+    let assistant = node.remove(0);
+    assert_eq!(assistant.tool_uses().next().unwrap().2, "read_file");
+    let result = store.children(assistant.id).await.unwrap().remove(0);
+    assert_eq!(result.role, Role::Tool);
+    let ContentBlock::ToolResult { content, .. } = &result.content[0] else {
+        panic!()
+    };
+    assert!(content.contains("hello"));
+    let second = store.children(result.id).await.unwrap().remove(0);
+    assert_eq!(second.text(), "Now a long one.");
+    assert_eq!(second.tool_uses().next().unwrap().2, "run_command");
+}
