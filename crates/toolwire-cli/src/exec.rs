@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tokio::sync::broadcast::error::RecvError;
 use toolwire_core::{AgentEvent, ConversationId, StopReason};
 use toolwire_store::StoredEvent;
 
 use crate::config::EngineArgs;
+use crate::follow::Follower;
+use crate::render::Renderer;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -39,36 +40,21 @@ pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
         }
         None => engine.create_conversation(None).await?.id,
     };
-    // Subscribe before the turn starts, so that nothing is missed.
-    let mut events = engine.subscribe(conversation);
+    // Follow before the turn starts, so that nothing is missed.
+    let mut follower = Follower::new(&engine, conversation);
     let handle = engine.send(conversation, &args.prompt, None).await?;
     let run_id = handle.run_id;
-    let mut printer = Printer {
-        json: args.json,
-        last_seq: 0,
-        mid_line: false,
-    };
-    loop {
-        let event = match events.recv().await {
-            Ok(event) => event,
-            Err(RecvError::Lagged(_)) => {
-                // Fell behind: what was missed is in the store.
-                for e in engine
-                    .events_since(conversation, printer.last_seq, u32::MAX)
-                    .await?
-                {
-                    printer.print(&e)?;
-                }
-                continue;
+    let mut renderer = Renderer::new();
+    'events: while let Some(batch) = follower.next(&engine).await? {
+        for event in batch {
+            if args.json {
+                print_json(&event)?;
+            } else {
+                renderer.render(&event.event)?;
             }
-            Err(RecvError::Closed) => break,
-        };
-        if event.seq <= printer.last_seq {
-            continue;
-        }
-        printer.print(&event)?;
-        if matches!(&event.event, AgentEvent::Stopped { run_id: r, .. } if *r == run_id) {
-            break;
+            if matches!(&event.event, AgentEvent::Stopped { run_id: r, .. } if *r == run_id) {
+                break 'events;
+            }
         }
     }
     let outcome = handle.wait().await;
@@ -77,66 +63,17 @@ pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
     }
     Ok(match outcome.reason {
         StopReason::EndTurn => ExitCode::SUCCESS,
-        reason => {
-            if !args.json {
-                eprintln!(
-                    "toolwire: the turn stopped ({}){}",
-                    reason.as_str(),
-                    outcome.error.map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            ExitCode::FAILURE
-        }
+        _ => ExitCode::FAILURE,
     })
 }
 
-struct Printer {
-    json: bool,
-    last_seq: u64,
-    /// Text has been printed since the last line break.
-    mid_line: bool,
-}
-
-impl Printer {
-    fn print(&mut self, stored: &StoredEvent) -> Result<()> {
-        self.last_seq = stored.seq;
-        if self.json {
-            let mut value = serde_json::to_value(&stored.event)?;
-            if let Some(obj) = value.as_object_mut() {
-                obj.insert("seq".into(), stored.seq.into());
-            }
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer(&mut out, &value)?;
-            out.write_all(b"\n")?;
-            return Ok(out.flush()?);
-        }
-        match &stored.event {
-            AgentEvent::TextDelta { text, .. } => {
-                let mut out = std::io::stdout().lock();
-                out.write_all(text.as_bytes())?;
-                out.flush()?;
-                self.mid_line = !text.ends_with('\n');
-            }
-            AgentEvent::AssistantMessageCreated { .. } if self.mid_line => {
-                // Each model message on its own lines.
-                println!();
-                self.mid_line = false;
-            }
-            AgentEvent::ToolCallStarted { name, .. } => eprintln!("\n→ {name}…"),
-            AgentEvent::ArgumentField { key, value, .. }
-                if value.is_string() || value.is_number() =>
-            {
-                let shown = value.to_string();
-                if shown.len() <= 120 {
-                    eprintln!("  {key}: {shown}");
-                }
-            }
-            AgentEvent::ToolExecutionCompleted { message, .. } => {
-                eprintln!("  ✓ done in {} ms", message.duration_ms.unwrap_or(0));
-            }
-            AgentEvent::ToolExecutionFailed { error, .. } => eprintln!("  ✗ {error}"),
-            _ => {}
-        }
-        Ok(())
+fn print_json(stored: &StoredEvent) -> Result<()> {
+    let mut value = serde_json::to_value(&stored.event)?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("seq".into(), stored.seq.into());
     }
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &value)?;
+    out.write_all(b"\n")?;
+    Ok(out.flush()?)
 }

@@ -1,8 +1,11 @@
 //! The `toolwire` binary: command-line parsing and wiring of the library
 //! crates. Errors are `anyhow` here and only here.
 
+mod chat;
 mod config;
 mod exec;
+mod follow;
+mod render;
 mod stream_decode;
 
 use std::process::ExitCode;
@@ -25,6 +28,10 @@ enum Command {
     /// stderr (or every event as JSON lines with --json). Exits 0 when the
     /// model gave its final answer.
     Exec(exec::ExecArgs),
+    /// Talk to the agent in the terminal. Tool calls show the moment their
+    /// name is known; a line typed during a turn reaches the agent at the
+    /// next tool result; Ctrl-C cancels the turn; /help lists commands.
+    Chat(chat::ChatArgs),
     /// Work with recorded model streams.
     #[command(subcommand)]
     Stream(StreamCommand),
@@ -50,6 +57,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Exec(args) => runtime().and_then(|rt| rt.block_on(exec::run(&args))),
+        Command::Chat(args) => runtime().and_then(|rt| rt.block_on(chat::run(&args))),
         Command::Stream(StreamCommand::Decode(args)) => {
             stream_decode::run(&args).map(|()| ExitCode::SUCCESS)
         }

@@ -56,7 +56,7 @@ fn answers_on_stdout_activity_on_stderr_and_exit_zero() {
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stdout, "Reading.\nThe notes say hello.\n");
     assert!(
-        stderr.contains("→ read_file…") && stderr.contains("path: \"notes.txt\""),
+        stderr.contains("→ Calling read_file…") && stderr.contains("path: notes.txt"),
         "{stderr}"
     );
     assert!(

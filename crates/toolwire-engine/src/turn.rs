@@ -86,8 +86,14 @@ pub(crate) async fn run(
         Ok(final_message) => (StopReason::EndTurn, None, Some(final_message)),
         Err(stop) => (stop.reason, stop.error, None),
     };
-    if let Some(e) = &error {
-        tracing::warn!(%conversation, run = %run_id, reason = reason.as_str(), error = %e, "turn stopped");
+    match (&error, reason) {
+        (Some(e), StopReason::Error | StopReason::LlmApiError) => {
+            tracing::warn!(%conversation, run = %run_id, reason = reason.as_str(), error = %e, "turn failed");
+        }
+        (Some(e), _) => {
+            tracing::info!(%conversation, run = %run_id, reason = reason.as_str(), detail = %e, "turn stopped");
+        }
+        (None, _) => {}
     }
     if let Err(e) = inner
         .store
