@@ -54,6 +54,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// From the SQLite backend's own readers.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
 }

@@ -24,6 +24,15 @@ impl PostgresStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// [`Store::path_to`](crate::Store::path_to).
+    async fn read_path(
+        &self,
+        leaf: toolwire_core::MessageId,
+    ) -> crate::Result<Vec<toolwire_core::Message>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::path(&mut conn, leaf).await
+    }
 }
 
 crate::sql::impl_store!(PostgresStore, sqlx::Postgres, begin_write = "BEGIN");

@@ -111,9 +111,51 @@ impl TryFrom<MessageRow> for Message {
     type Error = StoreError;
 
     fn try_from(r: MessageRow) -> Result<Message> {
+        MessageParts {
+            id: r.id,
+            conversation_id: r.conversation_id,
+            parent_id: r.parent_id,
+            role: &r.role,
+            content: &r.content,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            cached_tokens: r.cached_tokens,
+            cost: r.cost,
+            model: r.model,
+            duration_ms: r.duration_ms,
+            status: &r.status,
+            created_at: r.created_at,
+        }
+        .try_into()
+    }
+}
+
+/// A message's columns as read, text borrowed from the row where the
+/// reader allows it: what every reader (sqlx's [`MessageRow`] or the SQLite
+/// backend's own) turns into a [`Message`].
+pub(crate) struct MessageParts<'a> {
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub parent_id: Option<Uuid>,
+    pub role: &'a str,
+    pub content: &'a str,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub cost: Option<f64>,
+    pub model: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub status: &'a str,
+    pub created_at: Ts,
+}
+
+impl TryFrom<MessageParts<'_>> for Message {
+    type Error = StoreError;
+
+    fn try_from(r: MessageParts<'_>) -> Result<Message> {
         let id = MessageId(r.id);
         let corrupt = |what: &str| StoreError::Corrupt(format!("message {id}: {what}"));
-        let content: Vec<ContentBlock> = serde_json::from_str(&r.content)
+        let content: Vec<ContentBlock> = serde_json::from_str(r.content)
             .map_err(|e| corrupt(&format!("content is not a list of content blocks: {e}")))?;
         let count = |v: i64| u64::try_from(v).map_err(|_| corrupt("negative token count"));
         let usage = match (r.prompt_tokens, r.completion_tokens, r.cached_tokens) {
@@ -129,7 +171,7 @@ impl TryFrom<MessageRow> for Message {
             id,
             conversation_id: ConversationId(r.conversation_id),
             parent_id: r.parent_id.map(MessageId),
-            role: Role::parse(&r.role).ok_or_else(|| corrupt(&format!("role `{}`", r.role)))?,
+            role: Role::parse(r.role).ok_or_else(|| corrupt(&format!("role `{}`", r.role)))?,
             content,
             usage,
             cost: r.cost,
@@ -138,7 +180,7 @@ impl TryFrom<MessageRow> for Message {
                 .duration_ms
                 .map(|d| u64::try_from(d).map_err(|_| corrupt("negative duration")))
                 .transpose()?,
-            status: MessageStatus::parse(&r.status)
+            status: MessageStatus::parse(r.status)
                 .ok_or_else(|| corrupt(&format!("status `{}`", r.status)))?,
             created_at: r.created_at.0,
         })

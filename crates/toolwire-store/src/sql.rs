@@ -29,20 +29,32 @@ macro_rules! impl_store {
 
         type Conn = <$db as sqlx::Database>::Connection;
 
+        /// The message goes on its parent's line when it is the parent's
+        /// first child, and starts a line of its own (named by its id)
+        /// otherwise; see `line` in the schema.
         const INSERT_MESSAGE: &str = "INSERT INTO messages (id, conversation_id, parent_id, \
-            role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
+            line, role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
             duration_ms, status, created_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+            VALUES ($1, $2, $3, \
+                COALESCE((SELECT p.line FROM messages p WHERE p.id = $3 \
+                          AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.parent_id = $3)), $1), \
+                $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
+        /// The path is the part up to the leaf of the leaf's line, then the
+        /// part up to the line's fork point of the line it forked from, and
+        /// so on up to the root's line: `seg` lists those parts, one per
+        /// line crossed, and each is one range of the `(line, seq)` index.
         const PATH_TO: &str = concat!(
-            "WITH RECURSIVE path (id, parent_id, depth) AS ( \
-                 SELECT id, parent_id, 0 FROM messages WHERE id = $1 \
+            "WITH RECURSIVE seg (line, upto) AS ( \
+                 SELECT line, seq FROM messages WHERE id = $1 \
                  UNION ALL \
-                 SELECT m.id, m.parent_id, path.depth + 1 \
-                 FROM messages m JOIN path ON m.id = path.parent_id) \
+                 SELECT p.line, p.seq FROM seg \
+                 JOIN messages f ON f.id = seg.line \
+                 JOIN messages p ON p.id = f.parent_id) \
              SELECT ",
             message_columns!(),
-            " FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth DESC"
+            " FROM seg JOIN messages m ON m.line = seg.line AND m.seq <= seg.upto \
+              ORDER BY m.seq"
         );
 
         impl $store {
@@ -94,6 +106,8 @@ macro_rules! impl_store {
                 }
             }
 
+            /// The path to `leaf` through sqlx (the backend's `path_to` may
+            /// read it another way).
             async fn path(conn: &mut Conn, leaf: MessageId) -> Result<Vec<Message>> {
                 let path = sqlx::query_as::<_, MessageRow>(PATH_TO)
                     .bind(leaf.0)
@@ -184,12 +198,15 @@ macro_rules! impl_store {
                     }
                     Some(_) => {}
                 }
-                Self::insert_message(&mut tx, message).await?;
+                // The conversation's row first: on PostgreSQL its lock
+                // serialises appends to one conversation, so that two
+                // children of one parent never both take its line.
                 sqlx::query("UPDATE conversations SET active_leaf = $2 WHERE id = $1")
                     .bind(message.conversation_id.0)
                     .bind(message.id.0)
                     .execute(&mut *tx)
                     .await?;
+                Self::insert_message(&mut tx, message).await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -251,8 +268,7 @@ macro_rules! impl_store {
             }
 
             async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>> {
-                let mut conn = self.pool.acquire().await?;
-                Self::path(&mut conn, leaf).await
+                self.read_path(leaf).await
             }
 
             async fn children(&self, id: MessageId) -> Result<Vec<Message>> {

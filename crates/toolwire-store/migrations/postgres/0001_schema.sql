@@ -21,6 +21,13 @@ CREATE TABLE messages (
     id                UUID             NOT NULL PRIMARY KEY,
     conversation_id   UUID             NOT NULL REFERENCES conversations (id),
     parent_id         UUID,
+    -- The id of the first message of this message's line: a message that
+    -- is its parent's first child continues its parent's line, any later
+    -- child starts a line of its own. A line is a chain (each message the
+    -- parent of the next, in seq order), so the path to a message is a few
+    -- index ranges (one per line it crosses) instead of a walk of its
+    -- ancestors one by one.
+    line              UUID             NOT NULL,
     role              TEXT             NOT NULL,
     content           JSONB            NOT NULL,
     prompt_tokens     BIGINT,
@@ -42,6 +49,8 @@ CREATE TABLE messages (
 CREATE INDEX messages_children ON messages (parent_id, seq);
 -- Messages of a conversation (leaves, totals, lists).
 CREATE INDEX messages_conversation ON messages (conversation_id, seq);
+-- A line in order (paths).
+CREATE INDEX messages_line ON messages (line, seq);
 
 -- The root and the active leaf are messages of this conversation.
 ALTER TABLE conversations

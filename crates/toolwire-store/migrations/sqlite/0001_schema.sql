@@ -27,6 +27,13 @@ CREATE TABLE messages (
     id                BLOB    NOT NULL UNIQUE,
     conversation_id   BLOB    NOT NULL REFERENCES conversations (id),
     parent_id         BLOB,
+    -- The id of the first message of this message's line: a message that
+    -- is its parent's first child continues its parent's line, any later
+    -- child starts a line of its own. A line is a chain (each message the
+    -- parent of the next, in seq order), so the path to a message is a few
+    -- index ranges (one per line it crosses) instead of a walk of its
+    -- ancestors one by one.
+    line              BLOB    NOT NULL,
     role              TEXT    NOT NULL,
     content           TEXT    NOT NULL,
     prompt_tokens     INTEGER,
@@ -48,6 +55,8 @@ CREATE TABLE messages (
 CREATE INDEX messages_children ON messages (parent_id, seq);
 -- Messages of a conversation (leaves, totals, lists).
 CREATE INDEX messages_conversation ON messages (conversation_id, seq);
+-- A line in order (paths).
+CREATE INDEX messages_line ON messages (line, seq);
 
 CREATE TABLE runs (
     id              BLOB    NOT NULL PRIMARY KEY,

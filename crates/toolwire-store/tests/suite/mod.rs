@@ -64,6 +64,8 @@ macro_rules! store_tests {
             events_are_numbered_and_paged,
             concurrent_events_have_no_gaps,
             path_to_a_long_chain,
+            paths_cross_branches,
+            concurrent_siblings_keep_their_paths,
             data_survives_reopening,
             corrupt_content_is_reported,
         );
@@ -697,4 +699,68 @@ pub async fn corrupt_content_is_reported(db: Db) {
     }
     // The rest of the tree still reads.
     assert_eq!(s.message(c.root_id).await.unwrap().text(), "sys");
+}
+
+/// The path to `leaf` walked one `message` at a time (the reference).
+async fn walked_path(s: &Arc<dyn Store>, leaf: MessageId) -> Vec<Message> {
+    let mut path = vec![s.message(leaf).await.unwrap()];
+    while let Some(parent) = path.last().unwrap().parent_id {
+        path.push(s.message(parent).await.unwrap());
+    }
+    path.reverse();
+    path
+}
+
+pub async fn paths_cross_branches(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    // A tree grown in an awkward order: messages go under older ones,
+    // under first children and later ones, at several depths.
+    let mut all = vec![c.root_id];
+    for i in 0..60usize {
+        let parent = all[(i * 7 + i / 3) % all.len()];
+        let m = user(c.id, parent, &format!("m{i}"));
+        s.append(&m).await.unwrap();
+        all.push(m.id);
+    }
+    for &id in &all {
+        assert_eq!(s.path_to(id).await.unwrap(), walked_path(s, id).await);
+    }
+    // A fork of a deep message copies exactly its path.
+    let at = *all.last().unwrap();
+    let f = s.fork(at).await.unwrap();
+    assert_eq!(
+        texts(&s.path_to(f.active_leaf).await.unwrap()),
+        texts(&walked_path(s, at).await)
+    );
+}
+
+pub async fn concurrent_siblings_keep_their_paths(db: Db) {
+    const TASKS: usize = 8;
+    let c = db.store.create_conversation("sys", None).await.unwrap();
+    let u = user(c.id, c.root_id, "hi");
+    db.store.append(&u).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..TASKS {
+        let store = Arc::clone(&db.store);
+        tasks.spawn(async move {
+            let mut parent = u.id;
+            let mut line = Vec::new();
+            for i in 0..5 {
+                let m = assistant(c.id, parent, &format!("t{t} m{i}"));
+                store.append(&m).await.unwrap();
+                parent = m.id;
+                line.push(m.id);
+            }
+            line
+        });
+    }
+    while let Some(line) = tasks.join_next().await {
+        let line = line.unwrap();
+        let leaf = *line.last().unwrap();
+        let path = db.store.path_to(leaf).await.unwrap();
+        assert_eq!(path, walked_path(&db.store, leaf).await);
+        assert_eq!(ids(&path)[2..], line[..]);
+    }
+    assert_eq!(db.store.children(u.id).await.unwrap().len(), TASKS);
 }
