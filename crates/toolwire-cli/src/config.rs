@@ -2,6 +2,7 @@
 //! flag, else its `TOOLWIRE_*` environment variable, else the config file
 //! (same keys, TOML), else a default.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use toolwire_engine::provider::{
 };
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
+use toolwire_engine::tools::mcp::{self, McpServerConfig};
 use toolwire_engine::{Engine, EngineConfig};
 
 pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
@@ -90,6 +92,10 @@ struct FileConfig {
     /// `input = 2.5`, `output = 10.0`, `cached_input = 1.25`.
     #[serde(default)]
     prices: PriceTable,
+    /// MCP servers whose tools the model gets as `NAME__tool`:
+    /// `[mcp_servers.NAME]` `command = "npx"`, `args = [...]`, `env = {...}`.
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 /// Everything resolved.
@@ -105,6 +111,8 @@ pub struct Settings {
     pub engine: EngineConfig,
     /// The built-in demo script plays because no model is configured.
     pub demo: bool,
+    /// MCP servers from the config file, named by their table key.
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 impl EngineArgs {
@@ -152,6 +160,11 @@ impl EngineArgs {
                 ..defaults
             },
             demo,
+            mcp_servers: file
+                .mcp_servers
+                .into_iter()
+                .map(|(name, config)| McpServerConfig { name, ..config })
+                .collect(),
         })
     }
 }
@@ -214,12 +227,19 @@ impl Settings {
         })
     }
 
-    /// The built-in tools, confined to the workspace.
-    pub fn tools(&self) -> Result<ToolRegistry> {
+    /// The built-in tools, confined to the workspace, and the tools of the
+    /// configured MCP servers (a server that fails to start is logged as a
+    /// warning and left out).
+    pub async fn tools(&self) -> Result<ToolRegistry> {
         let workspace = Workspace::new(&self.workspace)
             .with_context(|| format!("workspace {}", self.workspace.display()))?;
         let mut registry = ToolRegistry::new();
         for tool in builtin::all(Arc::new(workspace)) {
+            registry.register(tool);
+        }
+        // connect_all logs each failed server as a warning itself.
+        let (mcp_tools, _warnings) = mcp::connect_all(self.mcp_servers.clone()).await;
+        for tool in mcp_tools {
             registry.register(tool);
         }
         Ok(registry)
@@ -236,6 +256,12 @@ impl Settings {
         let store = toolwire_store::open(&self.db)
             .await
             .with_context(|| format!("opening the database {}", self.db))?;
-        Ok(Engine::start(store, self.provider()?, self.tools()?, self.engine.clone()).await?)
+        Ok(Engine::start(
+            store,
+            self.provider()?,
+            self.tools().await?,
+            self.engine.clone(),
+        )
+        .await?)
     }
 }
