@@ -1,0 +1,501 @@
+//! `toolwire-bench`: a load driver for toolwire's engine.
+//!
+//! * `concurrent`: N conversations, each running one turn at the same time
+//!   on one engine (scripted provider without delay, one no-op tool);
+//!   prints throughput, step latency percentiles, wall time and errors.
+//!   A turn of `--steps S` is S model calls: S − 1 that call the no-op
+//!   tool, then a final answer. A step's latency is the time between
+//!   consecutive `assistant_message_created` events of a run (the first
+//!   step from `turn_started`), i.e. one model call plus the tool run
+//!   before it, stored and published.
+//! * `idle-memory`: N conversations, each with a short exchange, then
+//!   idle; prints the process's resident memory before and after, and per
+//!   idle conversation.
+//!
+//! The store is an SQLite file in a temporary directory unless `--db`
+//! names one (`sqlite://PATH` or `postgres://…`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use toolwire_core::{AgentEvent, ConversationId, RunId, StopReason};
+use toolwire_engine::provider::{Script, ScriptedProvider};
+use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+use toolwire_engine::{Engine, EngineConfig, Observer};
+use toolwire_store::{Store, StoredEvent};
+
+#[derive(Parser)]
+#[command(name = "toolwire-bench", about = "Load driver for toolwire's engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs one turn in each of N conversations at the same time.
+    Concurrent {
+        /// Conversations, each running one turn.
+        #[arg(long, default_value_t = 1000)]
+        conversations: usize,
+        /// Model calls per turn: all but the last call the no-op tool.
+        #[arg(long, default_value_t = 5)]
+        steps: u32,
+        /// Store URL (default: an SQLite file in a temporary directory).
+        #[arg(long)]
+        db: Option<String>,
+        /// Turns running at once (default: all of them).
+        #[arg(long)]
+        concurrency_limit: Option<usize>,
+        /// Seconds before the run is cancelled and reported as is.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Creates N conversations with a short exchange each, then measures
+    /// resident memory per idle conversation.
+    IdleMemory {
+        #[arg(long, default_value_t = 10_000)]
+        conversations: usize,
+        /// Store URL (default: an SQLite file in a temporary directory).
+        #[arg(long)]
+        db: Option<String>,
+        /// Model calls of each conversation's exchange (all but the last
+        /// call the no-op tool).
+        #[arg(long, default_value_t = 1)]
+        steps: u32,
+        /// Turns running at once while the conversations are created.
+        #[arg(long, default_value_t = 64)]
+        parallel: usize,
+        /// Seconds before the run gives up.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Concurrent {
+            conversations,
+            steps,
+            db,
+            concurrency_limit,
+            timeout,
+        } => {
+            let limit = concurrency_limit.unwrap_or(conversations).max(1);
+            concurrent(
+                conversations,
+                steps,
+                db,
+                limit,
+                Duration::from_secs(timeout),
+            )
+            .await
+        }
+        Command::IdleMemory {
+            conversations,
+            db,
+            steps,
+            parallel,
+            timeout,
+        } => {
+            let run = idle_memory(conversations, steps, db, parallel.max(1));
+            tokio::time::timeout(Duration::from_secs(timeout), run)
+                .await
+                .with_context(|| format!("gave up after {timeout} s (--timeout)"))?
+        }
+    }
+}
+
+/// A tool that does nothing.
+struct Noop {
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for Noop {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::ok("ok"))
+    }
+}
+
+/// A store, and the temporary directory holding it when it is the default
+/// SQLite file.
+async fn open_store(
+    db: Option<String>,
+) -> Result<(Arc<dyn Store>, String, Option<tempfile::TempDir>)> {
+    let (url, dir) = match db {
+        Some(url) => (url, None),
+        None => {
+            let dir = tempfile::tempdir().context("creating a temporary directory")?;
+            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+            (url, Some(dir))
+        }
+    };
+    let store = toolwire_store::open(&url)
+        .await
+        .with_context(|| format!("opening the store at {url}"))?;
+    Ok((store, url, dir))
+}
+
+/// An engine playing turns of `steps` model calls (all but the last call
+/// the no-op tool), without delay, one chunk per call.
+async fn engine(store: Arc<dyn Store>, steps: u32) -> Result<Engine> {
+    if steps == 0 {
+        bail!("--steps must be at least 1");
+    }
+    let mut script: Vec<Value> = (1..steps)
+        .map(|i| {
+            json!({
+                "text": "Checking.",
+                "tool_calls": [{"name": "noop", "arguments": {"n": i}}],
+                "chunk_size": 65536,
+                "delay_ms": 0,
+            })
+        })
+        .collect();
+    script.push(json!({"text": "All done.", "chunk_size": 65536, "delay_ms": 0}));
+    let script = Script::parse(&json!({ "steps": script }).to_string())?;
+    let provider = Arc::new(ScriptedProvider::new(script, false));
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Noop {
+        spec: ToolSpec {
+            name: "noop".into(),
+            server: None,
+            description: "Does nothing.".into(),
+            parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            read_only: true,
+        },
+    }));
+    let config = EngineConfig {
+        max_steps: steps.max(1),
+        ..EngineConfig::default()
+    };
+    Ok(Engine::start(store, provider, tools, config).await?)
+}
+
+/// `n` new conversations, `parallel` created at once.
+async fn create_conversations(
+    engine: &Engine,
+    n: usize,
+    parallel: usize,
+) -> Result<Vec<ConversationId>> {
+    let created: Vec<_> = futures::stream::iter(0..n)
+        .map(|_| async { engine.create_conversation(None).await.map(|c| c.id) })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    Ok(created.into_iter().collect::<Result<Vec<_>, _>>()?)
+}
+
+/// When the events a step's latency is measured from happened.
+#[derive(Default)]
+struct Timeline {
+    runs: Mutex<HashMap<RunId, RunTimes>>,
+}
+
+#[derive(Default)]
+struct RunTimes {
+    started: Option<Instant>,
+    messages: Vec<Instant>,
+    stopped: Option<Instant>,
+}
+
+impl Observer for Timeline {
+    fn on_event(&self, _conversation: ConversationId, event: &StoredEvent) {
+        let now = Instant::now();
+        let run_id = event.event.run_id();
+        let Ok(mut runs) = self.runs.lock() else {
+            return;
+        };
+        let times = runs.entry(run_id).or_default();
+        match &event.event {
+            AgentEvent::TurnStarted { .. } => times.started = Some(now),
+            AgentEvent::AssistantMessageCreated { .. } => times.messages.push(now),
+            AgentEvent::Stopped { .. } => times.stopped = Some(now),
+            _ => {}
+        }
+    }
+}
+
+impl Timeline {
+    /// Step latencies and turn latencies of every run seen.
+    fn latencies(&self) -> (Vec<Duration>, Vec<Duration>) {
+        let mut steps = Vec::new();
+        let mut turns = Vec::new();
+        if let Ok(runs) = self.runs.lock() {
+            for times in runs.values() {
+                let Some(started) = times.started else {
+                    continue;
+                };
+                let mut previous = started;
+                for &t in &times.messages {
+                    steps.push(t.saturating_duration_since(previous));
+                    previous = t;
+                }
+                if let Some(stopped) = times.stopped {
+                    turns.push(stopped.saturating_duration_since(started));
+                }
+            }
+        }
+        steps.sort_unstable();
+        turns.sort_unstable();
+        (steps, turns)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn summary(name: &str, sorted: &[Duration]) {
+    println!(
+        "{name:<14} n={:<6} p50 {}  p90 {}  p99 {}  max {}",
+        sorted.len(),
+        ms(percentile(sorted, 50.0)),
+        ms(percentile(sorted, 90.0)),
+        ms(percentile(sorted, 99.0)),
+        ms(sorted.last().copied().unwrap_or_default()),
+    );
+}
+
+async fn concurrent(
+    conversations: usize,
+    steps: u32,
+    db: Option<String>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<()> {
+    let (store, url, _dir) = open_store(db).await?;
+    let engine = engine(store, steps).await?;
+    let timeline = Arc::new(Timeline::default());
+    engine.observe(timeline.clone());
+
+    let setup = Instant::now();
+    let ids = create_conversations(&engine, conversations, 32).await?;
+    println!(
+        "store {url}\n{conversations} conversations created in {}; each runs one turn of {steps} model calls \
+         ({} with a no-op tool call), at most {limit} at once",
+        ms(setup.elapsed()),
+        steps - 1,
+    );
+
+    let gate = Arc::new(Semaphore::new(limit));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids.iter().copied() {
+        let engine = engine.clone();
+        let gate = gate.clone();
+        tasks.spawn(async move {
+            let _permit = gate.acquire_owned().await;
+            let handle = engine
+                .send(id, "go", None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let outcome = handle.wait().await;
+            match outcome.reason {
+                StopReason::EndTurn => Ok(()),
+                other => Err(format!(
+                    "{}: {}",
+                    other.as_str(),
+                    outcome.error.unwrap_or_default()
+                )),
+            }
+        });
+    }
+
+    let mut ok = 0usize;
+    let mut errors: Vec<String> = Vec::new();
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut timed_out = false;
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => ok += 1,
+                Some(Ok(Err(e))) => errors.push(e),
+                Some(Err(e)) => errors.push(format!("task failed: {e}")),
+            },
+            _ = &mut deadline => {
+                timed_out = true;
+                for id in &ids {
+                    engine.cancel(*id);
+                }
+                tasks.abort_all();
+                break;
+            }
+        }
+    }
+    let wall = start.elapsed();
+
+    let (step_latencies, turn_latencies) = timeline.latencies();
+    let steps_done = step_latencies.len();
+    println!("wall time      {}", ms(wall));
+    println!(
+        "turns          {ok} completed, {} errors{}",
+        errors.len(),
+        if timed_out {
+            " (timed out: the rest were cancelled)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "throughput     {:.0} steps/s, {:.1} turns/s",
+        steps_done as f64 / wall.as_secs_f64(),
+        ok as f64 / wall.as_secs_f64(),
+    );
+    summary("step latency", &step_latencies);
+    summary("turn latency", &turn_latencies);
+    for e in errors.iter().take(5) {
+        println!("error: {e}");
+    }
+    if timed_out {
+        bail!("timed out after {} s", timeout.as_secs());
+    }
+    if !errors.is_empty() {
+        bail!("{} turns failed", errors.len());
+    }
+    Ok(())
+}
+
+/// The process's resident set size, from /proc/self/status.
+fn rss_bytes() -> Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS in /proc/self/status")?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .context("unreadable VmRSS")?;
+    Ok(kib * 1024)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Creates `n` conversations and runs one exchange in each, `parallel` at
+/// once.
+async fn exchanges(engine: &Engine, n: usize, parallel: usize) -> Result<Vec<ConversationId>> {
+    let results: Vec<Result<ConversationId>> = futures::stream::iter(0..n)
+        .map(|_| async {
+            let c = engine.create_conversation(None).await?;
+            let outcome = engine.run(c.id, "hi").await?;
+            if outcome.reason != StopReason::EndTurn {
+                bail!(
+                    "the exchange ended with {}: {}",
+                    outcome.reason.as_str(),
+                    outcome.error.unwrap_or_default()
+                );
+            }
+            Ok(c.id)
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Waits for the engine to go quiet (pools settle), then reads the RSS.
+async fn idle_rss() -> Result<u64> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rss_bytes()
+}
+
+async fn idle_memory(
+    conversations: usize,
+    steps: u32,
+    db: Option<String>,
+    parallel: usize,
+) -> Result<()> {
+    let (store, url, dir) = open_store(db).await?;
+    let engine = engine(store, steps).await?;
+    // Warm up: the store's connections, caches and the allocator's arenas.
+    exchanges(&engine, 200.min(conversations), parallel).await?;
+    let base = idle_rss().await?;
+    println!("store {url}");
+    println!("RSS after warm-up (200 conversations)   {}", mib(base));
+
+    let start = Instant::now();
+    let mut ids = Vec::with_capacity(conversations);
+    let batches = 5;
+    let mut previous = (0usize, base);
+    for b in 1..=batches {
+        let upto = conversations * b / batches;
+        ids.extend(exchanges(&engine, upto - ids.len(), parallel).await?);
+        let rss = idle_rss().await?;
+        let added = upto - previous.0;
+        println!(
+            "RSS with {upto:>7} idle conversations   {}  (+{:.0} bytes per conversation since the previous line)",
+            mib(rss),
+            rss.saturating_sub(previous.1) as f64 / added.max(1) as f64,
+        );
+        previous = (upto, rss);
+    }
+    let idle = previous.1;
+    println!(
+        "created {conversations} conversations ({steps} model call(s) each) in {}",
+        ms(start.elapsed())
+    );
+    println!(
+        "per idle conversation: {:.0} bytes (RSS +{} for {conversations})",
+        idle.saturating_sub(base) as f64 / conversations.max(1) as f64,
+        mib(idle.saturating_sub(base)),
+    );
+
+    // A connected client holds a subscription: the bus keeps a channel
+    // per subscribed conversation.
+    let receivers: Vec<_> = ids.iter().map(|id| engine.subscribe(*id)).collect();
+    let subscribed = idle_rss().await?;
+    println!(
+        "per idle conversation with a subscriber: +{:.0} bytes more (RSS {})",
+        subscribed.saturating_sub(idle) as f64 / conversations.max(1) as f64,
+        mib(subscribed),
+    );
+    drop(receivers);
+    let unsubscribed = idle_rss().await?;
+    println!(
+        "after the subscribers left: RSS {} ({:.0} bytes per conversation above the idle figure)",
+        mib(unsubscribed),
+        unsubscribed.saturating_sub(idle) as f64 / conversations.max(1) as f64,
+    );
+    if let Some(dir) = &dir {
+        let mut on_disk = 0;
+        for entry in std::fs::read_dir(dir.path())?.flatten() {
+            on_disk += entry.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+        println!(
+            "on disk (SQLite file + WAL): {} ({:.0} bytes per conversation)",
+            mib(on_disk),
+            on_disk as f64 / (conversations + 200.min(conversations)).max(1) as f64,
+        );
+    }
+    Ok(())
+}
