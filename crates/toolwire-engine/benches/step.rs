@@ -271,8 +271,12 @@ impl Store for Counting {
         self.time("list_conversations", self.inner.list_conversations())
             .await
     }
-    async fn append(&self, m: &Message) -> R<()> {
-        self.time("append", self.inner.append(m)).await
+    async fn append_with_events(&self, m: &Message, events: &[AgentEvent]) -> R<Vec<u64>> {
+        self.time(
+            "append_with_events",
+            self.inner.append_with_events(m, events),
+        )
+        .await
     }
     async fn update(&self, m: &Message) -> R<()> {
         self.time("update", self.inner.update(m)).await
@@ -319,8 +323,8 @@ impl Store for Counting {
         )
         .await
     }
-    async fn append_event(&self, c: ConversationId, event: &AgentEvent) -> R<u64> {
-        self.time("append_event", self.inner.append_event(c, event))
+    async fn append_events(&self, c: ConversationId, events: &[AgentEvent]) -> R<Vec<u64>> {
+        self.time("append_events", self.inner.append_events(c, events))
             .await
     }
     async fn events_since(&self, c: ConversationId, after: u64, limit: u32) -> R<Vec<StoredEvent>> {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
-use toolwire_core::{AgentEvent, ConversationId};
+use toolwire_core::{AgentEvent, ConversationId, Message};
 use toolwire_store::{Store, StoreError, StoredEvent};
 
 /// Sees every event of every conversation, in order, after it is stored.
@@ -39,21 +39,58 @@ impl EventBus {
         &self,
         conversation: ConversationId,
         event: AgentEvent,
-    ) -> Result<u64, StoreError> {
-        let seq = self.store.append_event(conversation, &event).await?;
-        let stored = Arc::new(StoredEvent { seq, event });
+    ) -> Result<(), StoreError> {
+        self.emit_all(conversation, vec![event]).await
+    }
+
+    /// Stores `events` in one transaction, then publishes them in order.
+    pub(crate) async fn emit_all(
+        &self,
+        conversation: ConversationId,
+        events: Vec<AgentEvent>,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let seqs = self.store.append_events(conversation, &events).await?;
+        self.publish(conversation, seqs, events);
+        Ok(())
+    }
+
+    /// Stores `message` and the `events` announcing it in one transaction,
+    /// then publishes the events.
+    pub(crate) async fn store_message(
+        &self,
+        message: &Message,
+        events: Vec<AgentEvent>,
+    ) -> Result<(), StoreError> {
+        let seqs = self.store.append_with_events(message, &events).await?;
+        self.publish(message.conversation_id, seqs, events);
+        Ok(())
+    }
+
+    fn publish(&self, conversation: ConversationId, seqs: Vec<u64>, events: Vec<AgentEvent>) {
         let observers: Vec<Arc<dyn Observer>> =
             self.observers.lock().map(|o| o.clone()).unwrap_or_default();
-        for o in observers {
-            o.on_event(conversation, &stored);
+        let Ok(mut channels) = self.channels.lock() else {
+            return;
+        };
+        let tx = channels.get(&conversation).cloned();
+        for (seq, event) in seqs.into_iter().zip(events) {
+            let stored = Arc::new(StoredEvent { seq, event });
+            for o in &observers {
+                o.on_event(conversation, &stored);
+            }
+            if let Some(tx) = &tx {
+                // No receiver is not an error: nobody is watching.
+                let _ = tx.send(stored);
+            }
         }
-        if let Ok(channels) = self.channels.lock()
-            && let Some(tx) = channels.get(&conversation)
-        {
-            // No receiver is not an error: nobody is watching.
-            let _ = tx.send(stored);
+        // A channel nobody listens to any more is dropped; subscribing again
+        // makes a new one.
+        if tx.is_some_and(|tx| tx.receiver_count() == 0) {
+            channels.remove(&conversation);
         }
-        Ok(seq)
     }
 
     pub(crate) fn subscribe(

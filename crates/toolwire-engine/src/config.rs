@@ -43,7 +43,7 @@ impl Default for EngineConfig {
             tool_format: ToolFormat::Native,
             interjections: InterjectionMode::NewMessage,
             prices: PriceTable::default(),
-            event_capacity: 1024,
+            event_capacity: 256,
         }
     }
 }

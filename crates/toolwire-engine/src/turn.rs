@@ -139,13 +139,12 @@ impl Turn<'_> {
         match start {
             Start::User(user) => {
                 self.leaf = user.id;
-                self.inner.store.append(&user).await?;
-                self.emit(AgentEvent::TurnStarted {
+                let started = AgentEvent::TurnStarted {
                     run_id: self.run_id,
                     conversation_id: self.conversation,
-                    message: user,
-                })
-                .await?;
+                    message: user.clone(),
+                };
+                self.inner.bus.store_message(&user, vec![started]).await?;
             }
             Start::From(id) => {
                 self.leaf = id;
@@ -156,18 +155,11 @@ impl Turn<'_> {
             }
         }
         for iteration in 1..=self.inner.config.max_steps {
-            let (assistant, calls) = self.model_step(iteration).await?;
+            let (assistant, calls, path) = self.model_step(iteration).await?;
             if calls.is_empty() {
-                self.emit(AgentEvent::FinalResponse {
-                    run_id: self.run_id,
-                    message_id: assistant.id,
-                    usage: self.usage,
-                    cost: self.cost,
-                })
-                .await?;
                 return Ok(assistant);
             }
-            self.run_tools(iteration, calls).await?;
+            self.run_tools(iteration, calls, path).await?;
             if self.cancel.is_cancelled() {
                 return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
             }
@@ -186,9 +178,15 @@ impl Turn<'_> {
         Ok(())
     }
 
-    /// One model call: streams its events out, stores the message.
-    async fn model_step(&mut self, iteration: u32) -> Result<(Message, Vec<PendingCall>), Stop> {
-        let path = self.inner.store.path_to(self.leaf).await?;
+    /// One model call: streams its events out (each batch that the
+    /// provider has ready is stored in one transaction), then stores the
+    /// message with what it leads to: its tool calls, or the final answer.
+    /// Returns the message, its calls and the path ending with it.
+    async fn model_step(
+        &mut self,
+        iteration: u32,
+    ) -> Result<(Message, Vec<PendingCall>, Vec<Message>), Stop> {
+        let mut path = self.inner.store.path_to(self.leaf).await?;
         if iteration == 1 {
             self.turn_index = path
                 .iter()
@@ -198,41 +196,52 @@ impl Turn<'_> {
         }
         let request = self.request(&path, iteration);
         let started = Instant::now();
-        let mut stream = tokio::select! {
+        let stream = tokio::select! {
             s = self.inner.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
             _ = self.cancel.cancelled() => return Err(Stop::new(StopReason::Cancelled, "cancelled by the user")),
         };
         let mut step = StepState::new(self.inner.config.tool_format);
         let mut failure: Option<Stop> = None;
-        loop {
-            let item = tokio::select! {
-                item = stream.next() => item,
+        let mut batches = stream.ready_chunks(256);
+        while failure.is_none() {
+            let batch = tokio::select! {
+                batch = batches.next() => batch,
                 _ = self.cancel.cancelled() => {
                     failure = Some(Stop::new(StopReason::Cancelled, "cancelled by the user"));
                     break;
                 }
             };
-            let Some(item) = item else { break };
-            let events = match item {
-                Ok(event) => step.accept(event),
-                Err(e) => {
-                    failure = Some(Stop::new(StopReason::LlmApiError, e.to_string()));
+            let Some(batch) = batch else { break };
+            let mut publish = Vec::new();
+            for item in batch {
+                match item {
+                    Ok(event) => {
+                        for e in step.accept(event) {
+                            match self.translate(e) {
+                                Ok(Some(agent_event)) => publish.push(agent_event),
+                                Ok(None) => {}
+                                Err(stop) => failure = failure.or(Some(stop)),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        failure =
+                            failure.or(Some(Stop::new(StopReason::LlmApiError, e.to_string())))
+                    }
+                }
+                if failure.is_some() {
                     break;
                 }
-            };
-            for event in events {
-                if let Some(e) = self.forward(event).await? {
-                    failure = Some(e);
-                }
             }
-            if failure.is_some() {
-                break;
-            }
+            self.inner.bus.emit_all(self.conversation, publish).await?;
         }
         if failure.is_none() {
-            for event in step.finish() {
-                self.forward(event).await?;
-            }
+            let publish: Vec<AgentEvent> = step
+                .finish()
+                .into_iter()
+                .filter_map(|e| self.translate(e).ok().flatten())
+                .collect();
+            self.inner.bus.emit_all(self.conversation, publish).await?;
         }
         let model = self.inner.provider.model().to_owned();
         let mut message = Message::new(
@@ -255,20 +264,49 @@ impl Turn<'_> {
             // Keep what was received; its calls are not run.
             message.status = MessageStatus::Interrupted;
         }
+        let calls = if failure.is_none() {
+            step.calls()
+        } else {
+            Vec::new()
+        };
         if !message.content.is_empty() || failure.is_none() {
-            self.inner.store.append(&message).await?;
-            self.leaf = message.id;
-            self.emit(AgentEvent::AssistantMessageCreated {
-                run_id: self.run_id,
+            let run_id = self.run_id;
+            let mut events = vec![AgentEvent::AssistantMessageCreated {
+                run_id,
                 message: message.clone(),
-            })
-            .await?;
+            }];
+            if failure.is_none() {
+                events.push(if calls.is_empty() {
+                    AgentEvent::FinalResponse {
+                        run_id,
+                        message_id: message.id,
+                        usage: self.usage,
+                        cost: self.cost,
+                    }
+                } else {
+                    AgentEvent::ToolCallsGenerated {
+                        run_id,
+                        message_id: message.id,
+                        calls: calls
+                            .iter()
+                            .map(|c| ToolCall {
+                                id: c.id.clone(),
+                                server: None,
+                                name: c.name.clone(),
+                                arguments: c.arguments.clone(),
+                            })
+                            .collect(),
+                    }
+                });
+            }
+            self.inner.bus.store_message(&message, events).await?;
+            self.leaf = message.id;
         }
         if let Some(stop) = failure {
             return Err(stop);
         }
-        let calls = step.calls();
-        Ok((message, calls))
+        path.push(message.clone());
+        Ok((message, calls, path))
     }
 
     fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
@@ -293,9 +331,10 @@ impl Turn<'_> {
         }
     }
 
-    /// Publishes what a stream event means to clients; a provider error
-    /// ends the step.
-    async fn forward(&self, event: StreamEvent) -> Result<Option<Stop>, Stop> {
+    /// What a stream event means to clients: an event to publish, nothing
+    /// (recorded by the step, published with the stored message), or the
+    /// end of the step (a provider error).
+    fn translate(&self, event: StreamEvent) -> Result<Option<AgentEvent>, Stop> {
         let run_id = self.run_id;
         let agent_event = match event {
             StreamEvent::TextDelta { text } => AgentEvent::TextDelta { run_id, text },
@@ -326,10 +365,10 @@ impl Turn<'_> {
                 value,
             },
             StreamEvent::ProviderError { message } => {
-                return Ok(Some(Stop::new(
+                return Err(Stop::new(
                     StopReason::LlmApiError,
                     format!("the provider reported: {message}"),
-                )));
+                ));
             }
             StreamEvent::ParseError { message } => {
                 tracing::warn!(conversation = %self.conversation, %message, "undecodable model output");
@@ -343,30 +382,19 @@ impl Turn<'_> {
             | StreamEvent::Usage(_)
             | StreamEvent::Finished { .. } => return Ok(None),
         };
-        self.emit(agent_event).await?;
-        Ok(None)
+        Ok(Some(agent_event))
     }
 
     /// Runs the step's calls, at most `tool_concurrency` at once, storing
     /// each result as it completes. Interjections are taken when a tool
     /// completes; calls not yet started are then skipped.
-    async fn run_tools(&mut self, iteration: u32, calls: Vec<PendingCall>) -> Result<(), Stop> {
-        let message_id = self.leaf;
-        self.emit(AgentEvent::ToolCallsGenerated {
-            run_id: self.run_id,
-            message_id,
-            calls: calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: c.id.clone(),
-                    server: None,
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
-                .collect(),
-        })
-        .await?;
-        let path: Arc<[Message]> = self.inner.store.path_to(self.leaf).await?.into();
+    async fn run_tools(
+        &mut self,
+        iteration: u32,
+        calls: Vec<PendingCall>,
+        path: Vec<Message>,
+    ) -> Result<(), Stop> {
+        let path: Arc<[Message]> = path.into();
         let (progress_tx, mut progress_rx) = mpsc::channel::<(ToolCallId, Progress)>(256);
         let mut queue: VecDeque<PendingCall> = calls.into();
         let mut running: JoinSet<(ToolCallId, Result<ToolOutput, ToolError>, Duration)> =
@@ -377,7 +405,8 @@ impl Turn<'_> {
         let mut skip_rest = false;
         let limit = self.inner.config.tool_concurrency.max(1);
         loop {
-            while running.len() < limit && !skip_rest && !self.cancel.is_cancelled() {
+            let mut ready = Vec::new();
+            while running.len() + ready.len() < limit && !skip_rest && !self.cancel.is_cancelled() {
                 let Some(call) = queue.pop_front() else { break };
                 if let Some(reason) = &call.invalid {
                     let output = ToolOutput::error(format!(
@@ -388,12 +417,6 @@ impl Turn<'_> {
                         .await?;
                     continue;
                 }
-                self.emit(AgentEvent::ToolExecutionStarted {
-                    run_id: self.run_id,
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                })
-                .await?;
                 let Some(tool) = self.inner.tools.get(&call.name).cloned() else {
                     let available: Vec<String> = self
                         .inner
@@ -411,6 +434,20 @@ impl Turn<'_> {
                         .await?;
                     continue;
                 };
+                ready.push((call, tool));
+            }
+            // The round's starts are stored, in one transaction, before its
+            // tools run.
+            let starts = ready
+                .iter()
+                .map(|(call, _)| AgentEvent::ToolExecutionStarted {
+                    run_id: self.run_id,
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                })
+                .collect();
+            self.inner.bus.emit_all(self.conversation, starts).await?;
+            for (call, tool) in ready {
                 let ctx = ToolContext {
                     conversation_id: self.conversation,
                     run_id: self.run_id,
@@ -472,13 +509,12 @@ impl Turn<'_> {
         }
         if !interjected.is_empty() {
             let user = user_message(self.conversation, self.leaf, &interjected.join("\n\n"));
-            self.inner.store.append(&user).await?;
-            self.leaf = user.id;
-            self.emit(AgentEvent::UserInterjection {
+            let event = AgentEvent::UserInterjection {
                 run_id: self.run_id,
-                message: user,
-            })
-            .await?;
+                message: user.clone(),
+            };
+            self.inner.bus.store_message(&user, vec![event]).await?;
+            self.leaf = user.id;
         }
         Ok(())
     }
@@ -527,24 +563,23 @@ impl Turn<'_> {
         if is_error {
             message.status = MessageStatus::Error;
         }
-        self.inner.store.append(&message).await?;
-        self.leaf = message.id;
-        let run_id = self.run_id;
-        let call_id = call_id.clone();
-        self.emit(match error {
+        let (run_id, call_id, stored) = (self.run_id, call_id.clone(), message.clone());
+        let event = match error {
             Some(error) => AgentEvent::ToolExecutionFailed {
                 run_id,
                 call_id,
                 error,
-                message,
+                message: stored,
             },
             None => AgentEvent::ToolExecutionCompleted {
                 run_id,
                 call_id,
-                message,
+                message: stored,
             },
-        })
-        .await
+        };
+        self.inner.bus.store_message(&message, vec![event]).await?;
+        self.leaf = message.id;
+        Ok(())
     }
 }
 

@@ -110,7 +110,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new message under its `parent_id` (which must be a message
     /// of the same conversation) and makes it the active leaf.
-    async fn append(&self, message: &Message) -> Result<()>;
+    async fn append(&self, message: &Message) -> Result<()> {
+        self.append_with_events(message, &[]).await.map(drop)
+    }
+
+    /// [`Store::append`], and `events` appended to the conversation's log in
+    /// the same transaction (a step and its announcement are stored
+    /// together); returns the events' `seq`s.
+    async fn append_with_events(
+        &self,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>>;
 
     /// Rewrites a stored message's content, usage, cost, model, duration
     /// and status. Its id, conversation, parent and role must not change.
@@ -152,7 +163,21 @@ pub trait Store: Send + Sync + 'static {
     async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>>;
 
     /// Appends `event` to the conversation's log; returns its `seq`.
-    async fn append_event(&self, conversation: ConversationId, event: &AgentEvent) -> Result<u64>;
+    async fn append_event(&self, conversation: ConversationId, event: &AgentEvent) -> Result<u64> {
+        let seqs = self
+            .append_events(conversation, std::slice::from_ref(event))
+            .await?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("an appended event got no sequence number".into()))
+    }
+
+    /// Appends `events` in one transaction; returns their `seq`s, in order.
+    async fn append_events(
+        &self,
+        conversation: ConversationId,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>>;
 
     /// Events with `seq > after`, oldest first, at most `limit`.
     async fn events_since(

@@ -80,6 +80,50 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            /// Appends `events` to the conversation's log. The counter's row
+            /// stays locked until commit, so concurrent appends to one
+            /// conversation take 1, 2, 3 … in turn, without gaps.
+            async fn insert_events(
+                conn: &mut Conn,
+                conversation: ConversationId,
+                events: &[AgentEvent],
+            ) -> Result<Vec<u64>> {
+                if events.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let corrupt = |seq: i64| {
+                    StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"))
+                };
+                let count = i64::try_from(events.len()).map_err(|_| corrupt(-1))?;
+                let last: i64 = sqlx::query_scalar(
+                    "UPDATE conversations SET last_event_seq = last_event_seq + $2 \
+                     WHERE id = $1 RETURNING last_event_seq",
+                )
+                .bind(conversation.0)
+                .bind(count)
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or(StoreError::ConversationNotFound(conversation))?;
+                let now = Ts::now();
+                let mut seqs = Vec::with_capacity(events.len());
+                for (seq, event) in (last - count + 1..).zip(events) {
+                    let (kind, payload) = rows::event_json(event)?;
+                    sqlx::query(
+                        "INSERT INTO events (conversation_id, seq, type, payload, created_at) \
+                         VALUES ($1, $2, $3, $4, $5)",
+                    )
+                    .bind(conversation.0)
+                    .bind(seq)
+                    .bind(kind)
+                    .bind(payload)
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?;
+                    seqs.push(u64::try_from(seq).map_err(|_| corrupt(seq))?);
+                }
+                Ok(seqs)
+            }
+
             async fn insert_message(conn: &mut Conn, m: &Message) -> Result<()> {
                 let v = MessageValues::from(m);
                 let inserted = sqlx::query(INSERT_MESSAGE)
@@ -178,7 +222,11 @@ macro_rules! impl_store {
                 .collect()
             }
 
-            async fn append(&self, message: &Message) -> Result<()> {
+            async fn append_with_events(
+                &self,
+                message: &Message,
+                events: &[AgentEvent],
+            ) -> Result<Vec<u64>> {
                 let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
                 let bad_parent = |reason| StoreError::BadParent {
                     message: message.id,
@@ -207,8 +255,9 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                 Self::insert_message(&mut tx, message).await?;
+                let seqs = Self::insert_events(&mut tx, message.conversation_id, events).await?;
                 tx.commit().await?;
-                Ok(())
+                Ok(seqs)
             }
 
             async fn update(&self, message: &Message) -> Result<()> {
@@ -472,38 +521,15 @@ macro_rules! impl_store {
                 Ok(runs)
             }
 
-            async fn append_event(
+            async fn append_events(
                 &self,
                 conversation: ConversationId,
-                event: &AgentEvent,
-            ) -> Result<u64> {
-                let (kind, payload) = rows::event_json(event)?;
+                events: &[AgentEvent],
+            ) -> Result<Vec<u64>> {
                 let mut tx = self.write().await?;
-                // The counter's row is locked until commit, so concurrent
-                // appends to one conversation take 1, 2, 3 … in turn.
-                let seq: i64 = sqlx::query_scalar(
-                    "UPDATE conversations SET last_event_seq = last_event_seq + 1 \
-                     WHERE id = $1 RETURNING last_event_seq",
-                )
-                .bind(conversation.0)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or(StoreError::ConversationNotFound(conversation))?;
-                sqlx::query(
-                    "INSERT INTO events (conversation_id, seq, type, payload, created_at) \
-                     VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(conversation.0)
-                .bind(seq)
-                .bind(kind)
-                .bind(payload)
-                .bind(Ts::now())
-                .execute(&mut *tx)
-                .await?;
+                let seqs = Self::insert_events(&mut tx, conversation, events).await?;
                 tx.commit().await?;
-                u64::try_from(seq).map_err(|_| {
-                    StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"))
-                })
+                Ok(seqs)
             }
 
             async fn events_since(
