@@ -28,6 +28,13 @@ impl Ts {
     pub(crate) fn now() -> Ts {
         Ts::from(Utc::now())
     }
+
+    /// `micros` microseconds after the Unix epoch (as SQLite stores it).
+    pub(crate) fn from_micros(micros: i64) -> Result<Ts> {
+        DateTime::from_timestamp_micros(micros)
+            .map(Ts)
+            .ok_or_else(|| StoreError::Corrupt(format!("timestamp {micros} µs is out of range")))
+    }
 }
 
 impl From<DateTime<Utc>> for Ts {
@@ -236,13 +243,13 @@ impl<'a> From<&'a Message> for MessageValues<'a> {
 /// The columns of `conversations` (and, for lists, its totals).
 #[derive(sqlx::FromRow)]
 pub(crate) struct ConversationRow {
-    id: Uuid,
-    title: Option<String>,
-    root_id: Uuid,
-    active_leaf: Uuid,
-    forked_from_conversation: Option<Uuid>,
-    forked_from_message: Option<Uuid>,
-    created_at: Ts,
+    pub id: Uuid,
+    pub title: Option<String>,
+    pub root_id: Uuid,
+    pub active_leaf: Uuid,
+    pub forked_from_conversation: Option<Uuid>,
+    pub forked_from_message: Option<Uuid>,
+    pub created_at: Ts,
 }
 
 /// The select list for a [`ConversationRow`] of the table aliased `c`.
@@ -312,12 +319,12 @@ pub(crate) use run_columns;
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct RunRow {
-    id: Uuid,
-    conversation_id: Uuid,
-    stop_reason: Option<String>,
-    error: Option<String>,
-    started_at: Ts,
-    finished_at: Option<Ts>,
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub stop_reason: Option<String>,
+    pub error: Option<String>,
+    pub started_at: Ts,
+    pub finished_at: Option<Ts>,
 }
 
 impl TryFrom<RunRow> for RunRecord {

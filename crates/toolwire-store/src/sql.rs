@@ -1,7 +1,7 @@
 //! The [`Store`](crate::Store) implementation both backends share.
 //!
 //! SQLite and PostgreSQL run the very same SQL here: `$N` placeholders
-//! (SQLite reads `$1` as parameter 1), `CAST(json AS TEXT)` to read JSON,
+//! (sqlx binds SQLite's `$1` as parameter 1), `CAST(json AS TEXT)` to read JSON,
 //! `RETURNING`, recursive CTEs, and row types ([`crate::rows`]) whose
 //! column types decode on both. Only the connection type and the statement
 //! that opens a write transaction differ (SQLite takes its write lock up
@@ -9,36 +9,191 @@
 //! writes never fails to upgrade its lock). sqlx's generic bounds over a
 //! `Database` are heavy and fragile with `async_trait`, so this is a macro
 //! instantiated once per backend with its concrete types.
+//!
+//! The write statements, and the checks around them, are module items
+//! rather than macro text, because the SQLite backend's own writer
+//! (`rusqlite`, in `sqlite.rs`) runs them too.
+
+use toolwire_core::tree::{fork_copy, root_message};
+use toolwire_core::{Conversation, ConversationId, ForkOrigin, Message, MessageId};
+use uuid::Uuid;
+
+use crate::rows::{Ts, conversation_columns, run_columns};
+use crate::{Result, StoreError};
+
+// The write statements, shared with the SQLite backend's own writer (which
+// binds `$N` by name, as SQLite numbers named parameters in the order they
+// first appear).
+
+pub(crate) const INSERT_CONVERSATION: &str = "INSERT INTO conversations (id, title, root_id, \
+    active_leaf, forked_from_conversation, forked_from_message, created_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+pub(crate) const SELECT_CONVERSATION: &str = concat!(
+    "SELECT ",
+    conversation_columns!(),
+    " FROM conversations c WHERE c.id = $1"
+);
+
+/// The message goes on its parent's line when it is the parent's first
+/// child, and starts a line of its own (named by its id) otherwise; see
+/// `line` in the schema.
+pub(crate) const INSERT_MESSAGE: &str = "INSERT INTO messages (id, conversation_id, parent_id, \
+    line, role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
+    duration_ms, status, created_at) \
+    VALUES ($1, $2, $3, \
+        COALESCE((SELECT p.line FROM messages p WHERE p.id = $3 \
+                  AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.parent_id = $3)), $1), \
+        $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+pub(crate) const MESSAGE_CONVERSATION: &str = "SELECT conversation_id FROM messages WHERE id = $1";
+
+pub(crate) const MESSAGE_PLACE: &str =
+    "SELECT conversation_id, parent_id, role FROM messages WHERE id = $1";
+
+pub(crate) const UPDATE_MESSAGE: &str = "UPDATE messages SET content = $2, prompt_tokens = $3, \
+    completion_tokens = $4, cached_tokens = $5, cost = $6, model = $7, \
+    duration_ms = $8, status = $9 WHERE id = $1";
+
+pub(crate) const SET_ACTIVE_LEAF: &str = "UPDATE conversations SET active_leaf = $2 WHERE id = $1";
+
+/// Takes `$2` event numbers of conversation `$1`; returns the last one.
+pub(crate) const TAKE_EVENT_SEQS: &str = "UPDATE conversations \
+    SET last_event_seq = last_event_seq + $2 WHERE id = $1 RETURNING last_event_seq";
+
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
+    (conversation_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)";
+
+pub(crate) const START_RUN: &str = "INSERT INTO runs (id, conversation_id, started_at) \
+    SELECT $1, id, $3 FROM conversations WHERE id = $2";
+
+pub(crate) const FINISH_RUN: &str =
+    "UPDATE runs SET stop_reason = $2, error = $3, finished_at = $4 WHERE id = $1";
+
+pub(crate) const INTERRUPT_RUNS: &str = concat!(
+    "UPDATE runs SET stop_reason = $1, finished_at = $2 \
+     WHERE stop_reason IS NULL RETURNING ",
+    run_columns!()
+);
+
+/// A new conversation and its root, for
+/// [`Store::create_conversation`](crate::Store::create_conversation).
+pub(crate) fn new_conversation(
+    system_prompt: &str,
+    title: Option<&str>,
+) -> (Conversation, Message) {
+    let id = ConversationId::new();
+    let root = root_message(id, system_prompt);
+    let conversation = Conversation {
+        id,
+        title: title.map(str::to_owned),
+        root_id: root.id,
+        active_leaf: root.id,
+        forked_from: None,
+        created_at: Ts::from(root.created_at).0,
+    };
+    (conversation, root)
+}
+
+/// The new message's parent is stored (in `parent_conversation`) and in the
+/// message's conversation.
+pub(crate) fn check_parent(
+    message: &Message,
+    parent: MessageId,
+    parent_conversation: Option<Uuid>,
+) -> Result<()> {
+    let bad_parent = |reason| StoreError::BadParent {
+        message: message.id,
+        parent,
+        reason,
+    };
+    match parent_conversation {
+        None => Err(bad_parent("the parent does not exist")),
+        Some(c) if c != message.conversation_id.0 => {
+            Err(bad_parent("the parent is in another conversation"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// An update keeps the stored message's conversation, parent and role.
+pub(crate) fn check_update(
+    message: &Message,
+    conversation: Uuid,
+    parent: Option<Uuid>,
+    role: &str,
+) -> Result<()> {
+    if conversation != message.conversation_id.0
+        || parent != message.parent_id.map(|p| p.0)
+        || role != message.role.as_str()
+    {
+        return Err(StoreError::BadParent {
+            message: message.id,
+            parent: message
+                .parent_id
+                .or(parent.map(MessageId))
+                .unwrap_or(message.id),
+            reason: "an update cannot change a message's conversation, parent or role",
+        });
+    }
+    Ok(())
+}
+
+/// The fork of `source` at `at`, whose path is `path`: the new conversation
+/// and the copies of the path, root first.
+pub(crate) fn forked(
+    source: Conversation,
+    at: MessageId,
+    path: &[Message],
+) -> Result<(Conversation, Vec<Message>)> {
+    let id = ConversationId::new();
+    let copies = fork_copy(path, id);
+    let (Some(root), Some(leaf)) = (copies.first(), copies.last()) else {
+        return Err(StoreError::MessageNotFound(at));
+    };
+    let conversation = Conversation {
+        id,
+        title: source.title,
+        root_id: root.id,
+        active_leaf: leaf.id,
+        forked_from: Some(ForkOrigin {
+            conversation_id: source.id,
+            message_id: at,
+        }),
+        created_at: Ts::now().0,
+    };
+    Ok((conversation, copies))
+}
 
 /// Implements [`Store`](crate::Store) for `$store`, a struct with a
 /// `pool: sqlx::Pool<$db>` field.
+///
+/// With `own_writes = field`, where `field` is an `Option` of something
+/// with async methods named and typed as the write methods of the trait
+/// (`create_conversation`, `append_with_events`, `update`,
+/// `set_active_leaf`, `fork`, `start_run`, `finish_run`,
+/// `interrupt_unfinished_runs`, `append_events`), those go there when it is
+/// `Some`, and through sqlx otherwise.
 macro_rules! impl_store {
-    ($store:ident, $db:ty, begin_write = $begin:literal) => {
+    ($store:ident, $db:ty, begin_write = $begin:literal $(, own_writes = $own:ident)?) => {
         use $crate::rows::{
             self, conversation_columns, message_columns, run_columns, ConversationRow, EventRow,
             MessageRow, MessageValues, RunRow, SummaryRow, Ts,
         };
+        use $crate::sql::{
+            check_parent, check_update, forked, new_conversation, FINISH_RUN, INSERT_CONVERSATION,
+            INSERT_EVENT, INSERT_MESSAGE, INTERRUPT_RUNS, MESSAGE_CONVERSATION, MESSAGE_PLACE,
+            SELECT_CONVERSATION, SET_ACTIVE_LEAF, START_RUN, TAKE_EVENT_SEQS, UPDATE_MESSAGE,
+        };
         use $crate::{ConversationSummary, Result, RunRecord, Store, StoreError, StoredEvent};
         use async_trait::async_trait;
         use sqlx::Row as _;
-        use toolwire_core::tree::{fork_copy, root_message};
         use toolwire_core::{
-            AgentEvent, Conversation, ConversationId, ForkOrigin, Message, MessageId, RunId,
-            StopReason, TreeError,
+            AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason,
+            TreeError,
         };
 
         type Conn = <$db as sqlx::Database>::Connection;
-
-        /// The message goes on its parent's line when it is the parent's
-        /// first child, and starts a line of its own (named by its id)
-        /// otherwise; see `line` in the schema.
-        const INSERT_MESSAGE: &str = "INSERT INTO messages (id, conversation_id, parent_id, \
-            line, role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
-            duration_ms, status, created_at) \
-            VALUES ($1, $2, $3, \
-                COALESCE((SELECT p.line FROM messages p WHERE p.id = $3 \
-                          AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.parent_id = $3)), $1), \
-                $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
         /// The path is the part up to the leaf of the leaf's line, then the
         /// part up to the line's fork point of the line it forked from, and
@@ -63,20 +218,16 @@ macro_rules! impl_store {
             }
 
             async fn insert_conversation(conn: &mut Conn, c: &Conversation) -> Result<()> {
-                sqlx::query(
-                    "INSERT INTO conversations (id, title, root_id, active_leaf, \
-                     forked_from_conversation, forked_from_message, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(c.id.0)
-                .bind(c.title.as_deref())
-                .bind(c.root_id.0)
-                .bind(c.active_leaf.0)
-                .bind(c.forked_from.map(|f| f.conversation_id.0))
-                .bind(c.forked_from.map(|f| f.message_id.0))
-                .bind(Ts::from(c.created_at))
-                .execute(conn)
-                .await?;
+                sqlx::query(INSERT_CONVERSATION)
+                    .bind(c.id.0)
+                    .bind(c.title.as_deref())
+                    .bind(c.root_id.0)
+                    .bind(c.active_leaf.0)
+                    .bind(c.forked_from.map(|f| f.conversation_id.0))
+                    .bind(c.forked_from.map(|f| f.message_id.0))
+                    .bind(Ts::from(c.created_at))
+                    .execute(conn)
+                    .await?;
                 Ok(())
             }
 
@@ -95,30 +246,24 @@ macro_rules! impl_store {
                     StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"))
                 };
                 let count = i64::try_from(events.len()).map_err(|_| corrupt(-1))?;
-                let last: i64 = sqlx::query_scalar(
-                    "UPDATE conversations SET last_event_seq = last_event_seq + $2 \
-                     WHERE id = $1 RETURNING last_event_seq",
-                )
-                .bind(conversation.0)
-                .bind(count)
-                .fetch_optional(&mut *conn)
-                .await?
-                .ok_or(StoreError::ConversationNotFound(conversation))?;
+                let last: i64 = sqlx::query_scalar(TAKE_EVENT_SEQS)
+                    .bind(conversation.0)
+                    .bind(count)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .ok_or(StoreError::ConversationNotFound(conversation))?;
                 let now = Ts::now();
                 let mut seqs = Vec::with_capacity(events.len());
                 for (seq, event) in (last - count + 1..).zip(events) {
                     let (kind, payload) = rows::event_json(event)?;
-                    sqlx::query(
-                        "INSERT INTO events (conversation_id, seq, type, payload, created_at) \
-                         VALUES ($1, $2, $3, $4, $5)",
-                    )
-                    .bind(conversation.0)
-                    .bind(seq)
-                    .bind(kind)
-                    .bind(payload)
-                    .bind(now)
-                    .execute(&mut *conn)
-                    .await?;
+                    sqlx::query(INSERT_EVENT)
+                        .bind(conversation.0)
+                        .bind(seq)
+                        .bind(kind)
+                        .bind(payload)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
                     seqs.push(u64::try_from(seq).map_err(|_| corrupt(seq))?);
                 }
                 Ok(seqs)
@@ -164,16 +309,12 @@ macro_rules! impl_store {
             }
 
             async fn get_conversation(conn: &mut Conn, id: ConversationId) -> Result<Conversation> {
-                sqlx::query_as::<_, ConversationRow>(concat!(
-                    "SELECT ",
-                    conversation_columns!(),
-                    " FROM conversations c WHERE c.id = $1"
-                ))
-                .bind(id.0)
-                .fetch_optional(conn)
-                .await?
-                .ok_or(StoreError::ConversationNotFound(id))?
-                .try_into()
+                sqlx::query_as::<_, ConversationRow>(SELECT_CONVERSATION)
+                    .bind(id.0)
+                    .fetch_optional(conn)
+                    .await?
+                    .ok_or(StoreError::ConversationNotFound(id))?
+                    .try_into()
             }
         }
 
@@ -184,16 +325,10 @@ macro_rules! impl_store {
                 system_prompt: &str,
                 title: Option<&str>,
             ) -> Result<Conversation> {
-                let id = ConversationId::new();
-                let root = root_message(id, system_prompt);
-                let conversation = Conversation {
-                    id,
-                    title: title.map(str::to_owned),
-                    root_id: root.id,
-                    active_leaf: root.id,
-                    forked_from: None,
-                    created_at: Ts::from(root.created_at).0,
-                };
+                $(if let Some(own) = &self.$own {
+                    return own.create_conversation(system_prompt, title).await;
+                })?
+                let (conversation, root) = new_conversation(system_prompt, title);
                 let mut tx = self.write().await?;
                 Self::insert_conversation(&mut tx, &conversation).await?;
                 Self::insert_message(&mut tx, &root).await?;
@@ -227,29 +362,21 @@ macro_rules! impl_store {
                 message: &Message,
                 events: &[AgentEvent],
             ) -> Result<Vec<u64>> {
+                $(if let Some(own) = &self.$own {
+                    return own.append_with_events(message, events).await;
+                })?
                 let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
-                let bad_parent = |reason| StoreError::BadParent {
-                    message: message.id,
-                    parent,
-                    reason,
-                };
                 let mut tx = self.write().await?;
                 let parent_conversation: Option<uuid::Uuid> =
-                    sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = $1")
+                    sqlx::query_scalar(MESSAGE_CONVERSATION)
                         .bind(parent.0)
                         .fetch_optional(&mut *tx)
                         .await?;
-                match parent_conversation {
-                    None => return Err(bad_parent("the parent does not exist")),
-                    Some(c) if c != message.conversation_id.0 => {
-                        return Err(bad_parent("the parent is in another conversation"));
-                    }
-                    Some(_) => {}
-                }
+                check_parent(message, parent, parent_conversation)?;
                 // The conversation's row first: on PostgreSQL its lock
                 // serialises appends to one conversation, so that two
                 // children of one parent never both take its line.
-                sqlx::query("UPDATE conversations SET active_leaf = $2 WHERE id = $1")
+                sqlx::query(SET_ACTIVE_LEAF)
                     .bind(message.conversation_id.0)
                     .bind(message.id.0)
                     .execute(&mut *tx)
@@ -261,44 +388,32 @@ macro_rules! impl_store {
             }
 
             async fn update(&self, message: &Message) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.update(message).await;
+                })?
                 let mut tx = self.write().await?;
-                let stored = sqlx::query(
-                    "SELECT conversation_id, parent_id, role FROM messages WHERE id = $1",
-                )
-                .bind(message.id.0)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or(StoreError::MessageNotFound(message.id))?;
+                let stored = sqlx::query(MESSAGE_PLACE)
+                    .bind(message.id.0)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::MessageNotFound(message.id))?;
                 let conversation: uuid::Uuid = stored.try_get(0)?;
                 let parent: Option<uuid::Uuid> = stored.try_get(1)?;
                 let role: String = stored.try_get(2)?;
-                if conversation != message.conversation_id.0
-                    || parent != message.parent_id.map(|p| p.0)
-                    || role != message.role.as_str()
-                {
-                    return Err(StoreError::BadParent {
-                        message: message.id,
-                        parent: message.parent_id.or(parent.map(MessageId)).unwrap_or(message.id),
-                        reason: "an update cannot change a message's conversation, parent or role",
-                    });
-                }
+                check_update(message, conversation, parent, &role)?;
                 let v = MessageValues::from(message);
-                sqlx::query(
-                    "UPDATE messages SET content = $2, prompt_tokens = $3, \
-                     completion_tokens = $4, cached_tokens = $5, cost = $6, model = $7, \
-                     duration_ms = $8, status = $9 WHERE id = $1",
-                )
-                .bind(v.id)
-                .bind(v.content)
-                .bind(v.prompt_tokens)
-                .bind(v.completion_tokens)
-                .bind(v.cached_tokens)
-                .bind(v.cost)
-                .bind(v.model)
-                .bind(v.duration_ms)
-                .bind(v.status)
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(UPDATE_MESSAGE)
+                    .bind(v.id)
+                    .bind(v.content)
+                    .bind(v.prompt_tokens)
+                    .bind(v.completion_tokens)
+                    .bind(v.cached_tokens)
+                    .bind(v.cost)
+                    .bind(v.model)
+                    .bind(v.duration_ms)
+                    .bind(v.status)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -386,16 +501,19 @@ macro_rules! impl_store {
                 conversation: ConversationId,
                 leaf: MessageId,
             ) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.set_active_leaf(conversation, leaf).await;
+                })?
                 let mut tx = self.write().await?;
                 let owner: Option<uuid::Uuid> =
-                    sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = $1")
+                    sqlx::query_scalar(MESSAGE_CONVERSATION)
                         .bind(leaf.0)
                         .fetch_optional(&mut *tx)
                         .await?;
                 match owner {
                     None => Err(StoreError::MessageNotFound(leaf)),
                     Some(c) if c == conversation.0 => {
-                        sqlx::query("UPDATE conversations SET active_leaf = $2 WHERE id = $1")
+                        sqlx::query(SET_ACTIVE_LEAF)
                             .bind(conversation.0)
                             .bind(leaf.0)
                             .execute(&mut *tx)
@@ -411,6 +529,9 @@ macro_rules! impl_store {
             }
 
             async fn fork(&self, at: MessageId) -> Result<Conversation> {
+                $(if let Some(own) = &self.$own {
+                    return own.fork(at).await;
+                })?
                 let mut tx = self.write().await?;
                 let path = Self::path(&mut tx, at).await?;
                 let source = path
@@ -418,22 +539,7 @@ macro_rules! impl_store {
                     .map(|root| root.conversation_id)
                     .ok_or(StoreError::MessageNotFound(at))?;
                 let source = Self::get_conversation(&mut tx, source).await?;
-                let id = ConversationId::new();
-                let copies = fork_copy(&path, id);
-                let (Some(root), Some(leaf)) = (copies.first(), copies.last()) else {
-                    return Err(StoreError::MessageNotFound(at));
-                };
-                let conversation = Conversation {
-                    id,
-                    title: source.title,
-                    root_id: root.id,
-                    active_leaf: leaf.id,
-                    forked_from: Some(ForkOrigin {
-                        conversation_id: source.id,
-                        message_id: at,
-                    }),
-                    created_at: Ts::now().0,
-                };
+                let (conversation, copies) = forked(source, at, &path)?;
                 Self::insert_conversation(&mut tx, &conversation).await?;
                 for copy in &copies {
                     Self::insert_message(&mut tx, copy).await?;
@@ -455,15 +561,15 @@ macro_rules! impl_store {
             }
 
             async fn start_run(&self, id: RunId, conversation: ConversationId) -> Result<()> {
-                let inserted = sqlx::query(
-                    "INSERT INTO runs (id, conversation_id, started_at) \
-                     SELECT $1, id, $3 FROM conversations WHERE id = $2",
-                )
-                .bind(id.0)
-                .bind(conversation.0)
-                .bind(Ts::now())
-                .execute(&self.pool)
-                .await?;
+                $(if let Some(own) = &self.$own {
+                    return own.start_run(id, conversation).await;
+                })?
+                let inserted = sqlx::query(START_RUN)
+                    .bind(id.0)
+                    .bind(conversation.0)
+                    .bind(Ts::now())
+                    .execute(&self.pool)
+                    .await?;
                 if inserted.rows_affected() == 0 {
                     return Err(StoreError::ConversationNotFound(conversation));
                 }
@@ -476,15 +582,16 @@ macro_rules! impl_store {
                 reason: StopReason,
                 error: Option<&str>,
             ) -> Result<()> {
-                let updated = sqlx::query(
-                    "UPDATE runs SET stop_reason = $2, error = $3, finished_at = $4 WHERE id = $1",
-                )
-                .bind(id.0)
-                .bind(reason.as_str())
-                .bind(error)
-                .bind(Ts::now())
-                .execute(&self.pool)
-                .await?;
+                $(if let Some(own) = &self.$own {
+                    return own.finish_run(id, reason, error).await;
+                })?
+                let updated = sqlx::query(FINISH_RUN)
+                    .bind(id.0)
+                    .bind(reason.as_str())
+                    .bind(error)
+                    .bind(Ts::now())
+                    .execute(&self.pool)
+                    .await?;
                 if updated.rows_affected() == 0 {
                     return Err(StoreError::RunNotFound(id));
                 }
@@ -505,18 +612,17 @@ macro_rules! impl_store {
             }
 
             async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>> {
-                let mut runs = sqlx::query_as::<_, RunRow>(concat!(
-                    "UPDATE runs SET stop_reason = $1, finished_at = $2 \
-                     WHERE stop_reason IS NULL RETURNING ",
-                    run_columns!()
-                ))
-                .bind(StopReason::Interrupted.as_str())
-                .bind(Ts::now())
-                .fetch_all(&self.pool)
-                .await?
-                .into_iter()
-                .map(RunRecord::try_from)
-                .collect::<Result<Vec<_>>>()?;
+                $(if let Some(own) = &self.$own {
+                    return own.interrupt_unfinished_runs().await;
+                })?
+                let mut runs = sqlx::query_as::<_, RunRow>(INTERRUPT_RUNS)
+                    .bind(StopReason::Interrupted.as_str())
+                    .bind(Ts::now())
+                    .fetch_all(&self.pool)
+                    .await?
+                    .into_iter()
+                    .map(RunRecord::try_from)
+                    .collect::<Result<Vec<_>>>()?;
                 runs.sort_by_key(|r| (r.started_at, r.id));
                 Ok(runs)
             }
@@ -526,6 +632,9 @@ macro_rules! impl_store {
                 conversation: ConversationId,
                 events: &[AgentEvent],
             ) -> Result<Vec<u64>> {
+                $(if let Some(own) = &self.$own {
+                    return own.append_events(conversation, events).await;
+                })?
                 let mut tx = self.write().await?;
                 let seqs = Self::insert_events(&mut tx, conversation, events).await?;
                 tx.commit().await?;

@@ -55,3 +55,41 @@ async fn unsupported_urls_are_refused() {
         .unwrap();
     assert!(matches!(err, StoreError::UnsupportedUrl(_)), "{err:?}");
 }
+
+/// Two stores on one file (as two processes would be) write at once: each
+/// has its own writer, and they wait for each other's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_write_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    let first = toolwire_store::open(&url).await.unwrap();
+    let second = toolwire_store::open(&url).await.unwrap();
+    let c = first.create_conversation("sys", None).await.unwrap();
+    let run = toolwire_core::RunId::new();
+    first.start_run(run, c.id).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in [first.clone(), second.clone()] {
+        tasks.spawn(async move {
+            for _ in 0..50 {
+                store
+                    .append_event(
+                        c.id,
+                        &toolwire_core::AgentEvent::TextDelta {
+                            run_id: run,
+                            text: "piece".into(),
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let events = second.events_since(c.id, 0, 1000).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=100).collect::<Vec<_>>()
+    );
+}
