@@ -7,6 +7,24 @@ use std::time::Instant;
 
 use toolwire_core::{AgentEvent, Progress};
 
+/// Writes one line to stderr in a single call: stderr is unbuffered, and a
+/// formatted line written piece by piece can be torn by other output.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        say_raw!("{line}");
+    }};
+}
+
+/// [`say!`] without the line end (the spinner redraws its line).
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        let text = format!($($arg)*);
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }};
+}
+
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 pub struct Renderer {
@@ -36,7 +54,7 @@ impl Renderer {
     pub fn tick(&mut self) {
         if let (true, Some((name, started))) = (self.animate, &self.running) {
             self.frame = (self.frame + 1) % SPINNER.len();
-            eprint!(
+            say_raw!(
                 "\r{} Running {name}… {:.1}s\x1b[K",
                 SPINNER[self.frame],
                 started.elapsed().as_secs_f32()
@@ -46,7 +64,7 @@ impl Renderer {
 
     fn clear_spinner(&self) {
         if self.spinning() {
-            eprint!("\r\x1b[K");
+            say_raw!("\r\x1b[K");
         }
     }
 
@@ -69,7 +87,7 @@ impl Renderer {
             AgentEvent::AssistantMessageCreated { .. } => self.line_break(),
             AgentEvent::ToolCallStarted { name, .. } => {
                 self.line_break();
-                eprintln!("→ Calling {name}…");
+                say!("→ Calling {name}…");
             }
             AgentEvent::ArgumentField { key, value, .. } => {
                 let shown = match value {
@@ -77,7 +95,7 @@ impl Renderer {
                     other => other.to_string(),
                 };
                 if shown.len() <= 120 && !shown.contains('\n') {
-                    eprintln!("  {key}: {shown}");
+                    say!("  {key}: {shown}");
                 }
             }
             AgentEvent::ToolExecutionStarted { name, .. } => {
@@ -88,28 +106,28 @@ impl Renderer {
                 ..
             } => {
                 self.clear_spinner();
-                eprintln!("  … {text}");
+                say!("  … {text}");
             }
             AgentEvent::ToolExecutionCompleted { message, .. } => {
                 self.clear_spinner();
                 self.running = None;
-                eprintln!("  ✓ done in {} ms", message.duration_ms.unwrap_or(0));
+                say!("  ✓ done in {} ms", message.duration_ms.unwrap_or(0));
             }
             AgentEvent::ToolExecutionFailed { error, .. } => {
                 self.clear_spinner();
                 self.running = None;
-                eprintln!("  ✗ {error}");
+                say!("  ✗ {error}");
             }
             AgentEvent::UserInterjection { message, .. } => {
                 self.line_break();
-                eprintln!("» you (during the turn): {}", message.text());
+                say!("» you (during the turn): {}", message.text());
             }
             AgentEvent::Stopped { reason, error, .. } => {
                 self.clear_spinner();
                 self.running = None;
                 self.line_break();
                 if let Some(error) = error {
-                    eprintln!("(stopped: {}: {error})", reason.as_str());
+                    say!("(stopped: {}: {error})", reason.as_str());
                 }
             }
             _ => {}

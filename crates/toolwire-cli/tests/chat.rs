@@ -7,10 +7,12 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// A running chat; its stdout and stderr are kept apart (lines of the two
+/// may interleave in any order).
 struct Session {
     child: Child,
     stdin: ChildStdin,
-    output: Arc<Mutex<String>>,
+    outputs: [Arc<Mutex<String>>; 2],
 }
 
 impl Session {
@@ -25,12 +27,15 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let output = Arc::new(Mutex::new(String::new()));
-        for mut pipe in [
+        let outputs = [
+            Arc::new(Mutex::new(String::new())),
+            Arc::new(Mutex::new(String::new())),
+        ];
+        let pipes = [
             Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
             Box::new(child.stderr.take().unwrap()),
-        ] {
-            let output = output.clone();
+        ];
+        for (mut pipe, output) in pipes.into_iter().zip(outputs.clone()) {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = pipe.read(&mut buf) {
@@ -48,7 +53,7 @@ impl Session {
         Session {
             child,
             stdin,
-            output,
+            outputs,
         }
     }
 
@@ -56,14 +61,22 @@ impl Session {
         writeln!(self.stdin, "{line}").unwrap();
     }
 
-    /// Waits until the output holds `text` `times` times.
+    fn count(&self, text: &str) -> usize {
+        self.outputs
+            .iter()
+            .map(|o| o.lock().unwrap().matches(text).count())
+            .sum()
+    }
+
+    /// Waits until stdout or stderr holds `text` `times` times in all.
     fn wait_for(&self, text: &str, times: usize) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while self.output.lock().unwrap().matches(text).count() < times {
+        while self.count(text) < times {
             assert!(
                 Instant::now() < deadline,
-                "no {text:?} in:\n{}",
-                self.output.lock().unwrap()
+                "no {text:?} in:\n--- stdout\n{}\n--- stderr\n{}",
+                self.outputs[0].lock().unwrap(),
+                self.outputs[1].lock().unwrap()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
