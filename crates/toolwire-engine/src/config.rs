@@ -31,6 +31,9 @@ pub struct EngineConfig {
     /// Events a subscriber may fall behind before it must resync from the
     /// store.
     pub event_capacity: usize,
+    /// After a cancel, how long running tools get to stop before they are
+    /// aborted (their calls then answered as cancelled).
+    pub tool_cancel_grace: std::time::Duration,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +47,7 @@ impl Default for EngineConfig {
             interjections: InterjectionMode::NewMessage,
             prices: PriceTable::default(),
             event_capacity: 256,
+            tool_cancel_grace: std::time::Duration::from_secs(5),
         }
     }
 }

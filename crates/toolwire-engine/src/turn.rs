@@ -399,6 +399,11 @@ impl Turn<'_> {
         let mut queue: VecDeque<PendingCall> = calls.into();
         let mut running: JoinSet<(ToolCallId, Result<ToolOutput, ToolError>, Duration)> =
             JoinSet::new();
+        // Which call each task runs, so that a task that panics or is
+        // aborted still gets its call a result.
+        let mut tasks: HashMap<tokio::task::Id, (ToolCallId, Instant)> = HashMap::new();
+        // After a cancel, tools get this long to stop before they are aborted.
+        let mut abort_at: Option<tokio::time::Instant> = None;
         // Interjections for a new user message; once any arrives, calls
         // not yet started are skipped.
         let mut interjected: Vec<String> = Vec::new();
@@ -458,25 +463,45 @@ impl Turn<'_> {
                     progress: ProgressHandle::new(call.id.clone(), progress_tx.clone()),
                     client_id: None,
                 };
-                running.spawn(async move {
+                let call_id = call.id.clone();
+                let task = running.spawn(async move {
                     let started = Instant::now();
                     let result = tool.call(call.arguments, ctx).await;
                     (call.id, result, started.elapsed())
                 });
+                tasks.insert(task.id(), (call_id, Instant::now()));
             }
             if running.is_empty() {
                 break;
+            }
+            if abort_at.is_none() && self.cancel.is_cancelled() {
+                abort_at = Some(tokio::time::Instant::now() + self.inner.config.tool_cancel_grace);
             }
             tokio::select! {
                 Some((call_id, progress)) = progress_rx.recv() => {
                     self.emit(AgentEvent::ToolExecutionProgress { run_id: self.run_id, call_id, progress }).await?;
                 }
-                Some(joined) = running.join_next() => {
+                _ = self.cancel.cancelled(), if abort_at.is_none() => {}
+                _ = tokio::time::sleep_until(abort_at.unwrap_or_else(tokio::time::Instant::now)), if abort_at.is_some() => {
+                    tracing::warn!(tools = running.len(), "tools ignored the cancellation; aborting them");
+                    running.abort_all();
+                    abort_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
+                Some(joined) = running.join_next_with_id() => {
                     let (call_id, result, took) = match joined {
-                        Ok(done) => done,
+                        Ok((id, done)) => {
+                            tasks.remove(&id);
+                            done
+                        }
                         Err(e) => {
-                            tracing::error!(error = %e, "a tool task panicked");
-                            continue;
+                            let Some((call_id, started)) = tasks.remove(&e.id()) else { continue };
+                            let error = if e.is_panic() {
+                                tracing::error!(call = %call_id, "a tool panicked");
+                                ToolError::Failed("the tool crashed".into())
+                            } else {
+                                ToolError::Cancelled
+                            };
+                            (call_id, Err(error), started.elapsed())
                         }
                     };
                     let new = self.take_interjections();

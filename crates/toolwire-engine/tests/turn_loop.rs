@@ -375,3 +375,95 @@ async fn restart_marks_the_unfinished_turn_interrupted() {
         }
     ));
 }
+
+/// A tool that panics, or one that ignores cancellation.
+struct Misbehaving {
+    spec: toolwire_engine::tools::ToolSpec,
+    panics: bool,
+}
+
+#[async_trait::async_trait]
+impl toolwire_engine::tools::Tool for Misbehaving {
+    fn spec(&self) -> &toolwire_engine::tools::ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        _arguments: serde_json::Value,
+        _ctx: toolwire_engine::tools::ToolContext,
+    ) -> Result<toolwire_engine::tools::ToolOutput, toolwire_engine::tools::ToolError> {
+        if self.panics {
+            panic!("tool bug");
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(toolwire_engine::tools::ToolOutput::ok("late"))
+    }
+}
+
+fn misbehaving(name: &str, panics: bool) -> toolwire_engine::tools::ToolRegistry {
+    let mut r = toolwire_engine::tools::ToolRegistry::new();
+    r.register(Arc::new(Misbehaving {
+        spec: toolwire_engine::tools::ToolSpec {
+            name: name.into(),
+            server: None,
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+            read_only: false,
+        },
+        panics,
+    }));
+    r
+}
+
+fn tool_results(path: &[toolwire_core::Message]) -> Vec<String> {
+    path.iter()
+        .filter_map(|m| match m.content.first() {
+            Some(ContentBlock::ToolResult { content, .. }) => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tool_that_panics_still_answers_its_call() {
+    let yaml = "steps:\n  - tool_calls: [{name: buggy, arguments: {}}]\n  - text: recovered\n";
+    let (engine, _dir) = engine(
+        script(yaml),
+        misbehaving("buggy", true),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let outcome = engine.run(conv.id, "go").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    assert_eq!(tool_results(&path), ["Error: the tool crashed"]);
+}
+
+#[tokio::test]
+async fn a_tool_that_ignores_cancellation_is_aborted_after_the_grace_period() {
+    let yaml = "steps:\n  - tool_calls: [{name: stubborn, arguments: {}}]\n";
+    let config = EngineConfig {
+        tool_cancel_grace: Duration::from_millis(100),
+        ..EngineConfig::default()
+    };
+    let (engine, _dir) = engine(script(yaml), misbehaving("stubborn", false), config).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let mut events = engine.subscribe(conv.id);
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    loop {
+        if type_of(&events.recv().await.unwrap().event) == "tool_execution_started" {
+            break;
+        }
+    }
+    engine.cancel(conv.id);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.wait())
+        .await
+        .expect("not stuck");
+    assert_eq!(outcome.reason, StopReason::Cancelled);
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    assert_eq!(tool_results(&path), ["Error: cancelled"]);
+}
