@@ -20,7 +20,7 @@ use toolwire_stream::{StreamEvent, XmlToolCallParser};
 
 use crate::config::InterjectionMode;
 use crate::engine::{Inner, TurnOutcome, user_message};
-use crate::provider::{ModelRequest, ProviderError, ToolFormat, xml_format};
+use crate::provider::{ModelRequest, ToolFormat, xml_format};
 use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput};
 
 /// How a turn begins.
@@ -613,10 +613,33 @@ struct StepState {
     xml: Option<XmlToolCallParser>,
     reasoning: String,
     text: String,
-    /// Calls in the order they started; `None` arguments until ready.
-    calls: Vec<(ToolCallId, String, Option<Value>, Option<String>)>,
-    raw_arguments: HashMap<String, String>,
+    /// Calls in the order they started.
+    calls: Vec<StepCall>,
     usage: Option<Usage>,
+}
+
+/// One call of the step, as far as the stream has told it.
+struct StepCall {
+    id: ToolCallId,
+    name: String,
+    /// Argument text received, kept for a call that never became ready.
+    raw_arguments: String,
+    /// Set when the provider closed the call with valid arguments.
+    arguments: Option<Value>,
+    /// Set when the call cannot be run.
+    failure: Option<String>,
+}
+
+impl StepCall {
+    fn new(id: &str, name: String) -> Self {
+        StepCall {
+            id: ToolCallId(id.to_owned()),
+            name,
+            raw_arguments: String::new(),
+            arguments: None,
+            failure: None,
+        }
+    }
 }
 
 impl StepState {
@@ -626,7 +649,6 @@ impl StepState {
             reasoning: String::new(),
             text: String::new(),
             calls: Vec::new(),
-            raw_arguments: HashMap::new(),
             usage: None,
         }
     }
@@ -656,38 +678,37 @@ impl StepState {
         events
     }
 
+    fn call(&mut self, id: &str) -> Option<&mut StepCall> {
+        self.calls.iter_mut().find(|c| c.id.0 == id)
+    }
+
     fn record(&mut self, event: &StreamEvent) {
         match event {
             StreamEvent::TextDelta { text } => self.text.push_str(text),
             StreamEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
             StreamEvent::ToolCallStarted { call_id, name, .. } => {
-                self.calls
-                    .push((ToolCallId(call_id.to_string()), name.clone(), None, None));
+                self.calls.push(StepCall::new(call_id, name.clone()));
             }
             StreamEvent::ArgumentsDelta { call_id, fragment } => {
-                self.raw_arguments
-                    .entry(call_id.to_string())
-                    .or_default()
-                    .push_str(fragment);
+                if let Some(c) = self.call(call_id) {
+                    c.raw_arguments.push_str(fragment);
+                }
             }
             StreamEvent::ToolCallReady {
                 call_id, arguments, ..
             } => {
-                if let Some(c) = self.calls.iter_mut().find(|c| *c.0.0 == **call_id) {
-                    c.2 = Some(arguments.clone());
+                if let Some(c) = self.call(call_id) {
+                    c.arguments = Some(arguments.clone());
                 }
             }
-            StreamEvent::ToolCallFailed { call_id, reason } => {
-                match self.calls.iter_mut().find(|c| *c.0.0 == **call_id) {
-                    Some(c) => c.3 = Some(reason.clone()),
-                    None => self.calls.push((
-                        ToolCallId(call_id.to_string()),
-                        String::new(),
-                        None,
-                        Some(reason.clone()),
-                    )),
+            StreamEvent::ToolCallFailed { call_id, reason } => match self.call(call_id) {
+                Some(c) => c.failure = Some(reason.clone()),
+                None => {
+                    let mut c = StepCall::new(call_id, String::new());
+                    c.failure = Some(reason.clone());
+                    self.calls.push(c);
                 }
-            }
+            },
             StreamEvent::Usage(u) => {
                 self.usage = Some(Usage {
                     prompt_tokens: u.prompt_tokens,
@@ -714,15 +735,15 @@ impl StepState {
             });
         }
         if complete {
-            for (id, name, arguments, _) in &self.calls {
-                let arguments = arguments.clone().unwrap_or_else(|| {
-                    Value::String(self.raw_arguments.get(&id.0).cloned().unwrap_or_default())
-                });
+            for c in &self.calls {
                 content.push(ContentBlock::ToolUse {
-                    id: id.clone(),
+                    id: c.id.clone(),
                     server: None,
-                    name: name.clone(),
-                    arguments,
+                    name: c.name.clone(),
+                    arguments: c
+                        .arguments
+                        .clone()
+                        .unwrap_or_else(|| Value::String(c.raw_arguments.clone())),
                 });
             }
         }
@@ -732,22 +753,16 @@ impl StepState {
     fn calls(&self) -> Vec<PendingCall> {
         self.calls
             .iter()
-            .map(|(id, name, arguments, failed)| PendingCall {
-                id: id.clone(),
-                name: name.clone(),
-                arguments: arguments.clone().unwrap_or(Value::Null),
-                invalid: match (arguments, failed) {
+            .map(|c| PendingCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone().unwrap_or(Value::Null),
+                invalid: match (&c.arguments, &c.failure) {
                     (_, Some(reason)) => Some(reason.clone()),
                     (None, None) => Some("the call was never completed".into()),
                     (Some(_), None) => None,
                 },
             })
             .collect()
-    }
-}
-
-impl From<ProviderError> for Stop {
-    fn from(e: ProviderError) -> Self {
-        Stop::new(StopReason::LlmApiError, e.to_string())
     }
 }

@@ -5,9 +5,8 @@ use serde_json::{Value, json};
 use toolwire_core::{Message, Role};
 use toolwire_stream::AnthropicDecoder;
 
+use super::history::{Group, grouped, plain_text};
 use super::http::{HttpSettings, post_stream};
-use super::openai::plain_text;
-use super::xml_format::{Group, grouped};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";

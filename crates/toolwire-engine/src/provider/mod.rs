@@ -4,6 +4,7 @@
 //! the scripted provider plays a script for tests and demos.
 
 pub mod anthropic;
+mod history;
 mod http;
 pub mod openai;
 pub mod scripted;

@@ -3,9 +3,10 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolwire_core::{ContentBlock, Message, Role};
+use toolwire_core::{Message, Role};
 use toolwire_stream::OpenAiChatDecoder;
 
+use super::history::{Group, grouped, plain_text};
 use super::http::{HttpSettings, post_stream};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 use crate::tools::ToolSpec;
@@ -97,9 +98,9 @@ pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
     if !system.is_empty() {
         out.push(json!({"role": "system", "content": system}));
     }
-    for group in super::xml_format::grouped(path) {
+    for group in grouped(path) {
         match group {
-            super::xml_format::Group::Message(m) => match m.role {
+            Group::Message(m) => match m.role {
                 Role::System | Role::User => out.push(json!({
                     "role": if m.role == Role::User { "user" } else { "system" },
                     "content": plain_text(m),
@@ -123,7 +124,7 @@ pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
                 }
                 Role::Tool => {}
             },
-            super::xml_format::Group::Results(results) => {
+            Group::Results(results) => {
                 for (id, content, _) in results {
                     out.push(json!({"role": "tool", "tool_call_id": id.0, "content": content}));
                 }
@@ -131,23 +132,4 @@ pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
         }
     }
     out
-}
-
-/// Text and notifications of a message, as the model reads them.
-pub(crate) fn plain_text(m: &Message) -> String {
-    let mut s = String::new();
-    for block in &m.content {
-        let piece = match block {
-            ContentBlock::Text { text } => text.clone(),
-            ContentBlock::Notification { source, text, .. } => {
-                format!("<notification source=\"{source}\">{text}</notification>")
-            }
-            _ => continue,
-        };
-        if !s.is_empty() {
-            s.push('\n');
-        }
-        s.push_str(&piece);
-    }
-    s
 }

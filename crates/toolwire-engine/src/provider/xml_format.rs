@@ -1,61 +1,14 @@
-//! How a conversation path is shown to a model: tool results grouped after
-//! their assistant message in the order of its calls (results are stored in
-//! the order tools finish), and, for models without native tool calling,
-//! the XML text protocol that `toolwire-stream` parses back.
+//! The XML text protocol for models without native tool calling: tools
+//! described in the system prompt, past calls and results written as text
+//! that `toolwire-stream` parses back.
 
 use std::fmt::Write;
 
-use toolwire_core::{ContentBlock, Message, Role, ToolCallId};
+use toolwire_core::{ContentBlock, Message, Role};
+
+use super::history::{Group, grouped};
 
 use crate::tools::ToolSpec;
-
-/// A path element as providers send it.
-pub enum Group<'a> {
-    Message(&'a Message),
-    /// The results following an assistant message: (call id, content,
-    /// is_error), in the order of the calls.
-    Results(Vec<(ToolCallId, String, bool)>),
-}
-
-/// Groups consecutive tool messages and orders their results by call.
-pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
-    let mut out = Vec::new();
-    let mut call_order: Vec<ToolCallId> = Vec::new();
-    let mut i = 0;
-    while i < path.len() {
-        let m = &path[i];
-        if m.role != Role::Tool {
-            if m.role == Role::Assistant {
-                call_order = m.tool_uses().map(|(id, ..)| id.clone()).collect();
-            }
-            out.push(Group::Message(m));
-            i += 1;
-            continue;
-        }
-        let mut results = Vec::new();
-        while i < path.len() && path[i].role == Role::Tool {
-            for block in &path[i].content {
-                if let ContentBlock::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                } = block
-                {
-                    results.push((tool_use_id.clone(), content.clone(), *is_error));
-                }
-            }
-            i += 1;
-        }
-        results.sort_by_key(|(id, ..)| {
-            call_order
-                .iter()
-                .position(|c| c == id)
-                .unwrap_or(usize::MAX)
-        });
-        out.push(Group::Results(results));
-    }
-    out
-}
 
 /// The system prompt addition that teaches the XML tool format.
 pub fn tools_prompt(tools: &[ToolSpec]) -> String {

@@ -1,0 +1,73 @@
+//! A conversation path as every provider shows it to a model: tool results
+//! grouped after their assistant message in the order of its calls (they
+//! are stored in the order the tools finished), and the text a message
+//! carries, notifications included.
+
+use toolwire_core::{ContentBlock, Message, Role, ToolCallId};
+
+/// A path element as providers send it.
+pub enum Group<'a> {
+    Message(&'a Message),
+    /// The results following an assistant message: (call id, content,
+    /// is_error), in the order of the calls.
+    Results(Vec<(ToolCallId, String, bool)>),
+}
+
+/// Groups consecutive tool messages and orders their results by call.
+pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
+    let mut out = Vec::new();
+    let mut call_order: Vec<ToolCallId> = Vec::new();
+    let mut i = 0;
+    while i < path.len() {
+        let m = &path[i];
+        if m.role != Role::Tool {
+            if m.role == Role::Assistant {
+                call_order = m.tool_uses().map(|(id, ..)| id.clone()).collect();
+            }
+            out.push(Group::Message(m));
+            i += 1;
+            continue;
+        }
+        let mut results = Vec::new();
+        while i < path.len() && path[i].role == Role::Tool {
+            for block in &path[i].content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } = block
+                {
+                    results.push((tool_use_id.clone(), content.clone(), *is_error));
+                }
+            }
+            i += 1;
+        }
+        results.sort_by_key(|(id, ..)| {
+            call_order
+                .iter()
+                .position(|c| c == id)
+                .unwrap_or(usize::MAX)
+        });
+        out.push(Group::Results(results));
+    }
+    out
+}
+
+/// Text and notifications of a message, as the model reads them.
+pub(crate) fn plain_text(m: &Message) -> String {
+    let mut s = String::new();
+    for block in &m.content {
+        let piece = match block {
+            ContentBlock::Text { text } => text.clone(),
+            ContentBlock::Notification { source, text, .. } => {
+                format!("<notification source=\"{source}\">{text}</notification>")
+            }
+            _ => continue,
+        };
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        s.push_str(&piece);
+    }
+    s
+}
