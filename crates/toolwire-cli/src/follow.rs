@@ -2,15 +2,14 @@
 //! and from the store's log when the receiver fell behind, each event once.
 
 use anyhow::Result;
-use std::sync::Arc;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::error::RecvError;
 use toolwire_core::ConversationId;
-use toolwire_engine::Engine;
+use toolwire_engine::{Engine, Subscription};
 use toolwire_store::StoredEvent;
 
 pub struct Follower {
     conversation: ConversationId,
-    rx: broadcast::Receiver<Arc<StoredEvent>>,
+    rx: Subscription,
     last_seq: u64,
 }
 

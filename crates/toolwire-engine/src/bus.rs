@@ -5,7 +5,8 @@
 //! store's log; the turn never waits for it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::broadcast;
 use toolwire_core::{AgentEvent, ConversationId, Message};
@@ -17,10 +18,12 @@ pub trait Observer: Send + Sync {
     fn on_event(&self, conversation: ConversationId, event: &StoredEvent);
 }
 
+type Channels = Mutex<HashMap<ConversationId, broadcast::Sender<Arc<StoredEvent>>>>;
+
 pub(crate) struct EventBus {
     store: Arc<dyn Store>,
     capacity: usize,
-    channels: Mutex<HashMap<ConversationId, broadcast::Sender<Arc<StoredEvent>>>>,
+    channels: Arc<Channels>,
     observers: Mutex<Vec<Arc<dyn Observer>>>,
 }
 
@@ -29,7 +32,7 @@ impl EventBus {
         EventBus {
             store,
             capacity: capacity.max(1),
-            channels: Mutex::new(HashMap::new()),
+            channels: Arc::new(Mutex::new(HashMap::new())),
             observers: Mutex::new(Vec::new()),
         }
     }
@@ -72,10 +75,11 @@ impl EventBus {
     fn publish(&self, conversation: ConversationId, seqs: Vec<u64>, events: Vec<AgentEvent>) {
         let observers: Vec<Arc<dyn Observer>> =
             self.observers.lock().map(|o| o.clone()).unwrap_or_default();
-        let Ok(mut channels) = self.channels.lock() else {
-            return;
+        // Cloned so that the lock is not held while observers run.
+        let tx = match self.channels.lock() {
+            Ok(channels) => channels.get(&conversation).cloned(),
+            Err(_) => None,
         };
-        let tx = channels.get(&conversation).cloned();
         for (seq, event) in seqs.into_iter().zip(events) {
             let stored = Arc::new(StoredEvent { seq, event });
             for o in &observers {
@@ -86,18 +90,10 @@ impl EventBus {
                 let _ = tx.send(stored);
             }
         }
-        // A channel nobody listens to any more is dropped; subscribing again
-        // makes a new one.
-        if tx.is_some_and(|tx| tx.receiver_count() == 0) {
-            channels.remove(&conversation);
-        }
     }
 
-    pub(crate) fn subscribe(
-        &self,
-        conversation: ConversationId,
-    ) -> broadcast::Receiver<Arc<StoredEvent>> {
-        match self.channels.lock() {
+    pub(crate) fn subscribe(&self, conversation: ConversationId) -> Subscription {
+        let rx = match self.channels.lock() {
             Ok(mut channels) => channels
                 .entry(conversation)
                 .or_insert_with(|| broadcast::channel(self.capacity).0)
@@ -105,6 +101,11 @@ impl EventBus {
             // A poisoned lock only means another thread panicked while
             // holding it; a fresh channel still works.
             Err(_) => broadcast::channel(self.capacity).1,
+        };
+        Subscription {
+            rx,
+            conversation,
+            channels: Arc::downgrade(&self.channels),
         }
     }
 
@@ -112,5 +113,83 @@ impl EventBus {
         if let Ok(mut o) = self.observers.lock() {
             o.push(observer);
         }
+    }
+}
+
+/// A conversation's live events: a bounded broadcast receiver (use it as
+/// one: `recv`, `try_recv`). When the last subscription of a conversation
+/// is dropped its channel goes too, so an idle conversation costs nothing.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<StoredEvent>>,
+    conversation: ConversationId,
+    channels: Weak<Channels>,
+}
+
+impl Deref for Subscription {
+    type Target = broadcast::Receiver<Arc<StoredEvent>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.rx
+    }
+}
+
+impl DerefMut for Subscription {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.rx
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let Some(channels) = self.channels.upgrade() else {
+            return;
+        };
+        let Ok(mut channels) = channels.lock() else {
+            return;
+        };
+        // Under the lock no one can subscribe meanwhile. Our own receiver
+        // still counts, so the channel is unused when only it is left. (A
+        // channel is only removed here, so while this subscription lives
+        // the map holds its channel.)
+        if channels
+            .get(&self.conversation)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            channels.remove(&self.conversation);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel_count(bus: &EventBus) -> usize {
+        bus.channels.lock().map(|c| c.len()).unwrap_or(usize::MAX)
+    }
+
+    #[tokio::test]
+    async fn a_channel_lives_as_long_as_its_subscriptions() {
+        let store = toolwire_store::open("sqlite::memory:").await.unwrap();
+        let bus = EventBus::new(store.clone(), 4);
+        let conv = store.create_conversation("", None).await.unwrap();
+        let a = bus.subscribe(conv.id);
+        let mut b = bus.subscribe(conv.id);
+        assert_eq!(channel_count(&bus), 1);
+        drop(a);
+        assert_eq!(channel_count(&bus), 1, "b still listens");
+        let event = AgentEvent::Stopped {
+            run_id: toolwire_core::RunId::new(),
+            reason: toolwire_core::StopReason::EndTurn,
+            error: None,
+        };
+        bus.emit(conv.id, event.clone()).await.unwrap();
+        assert_eq!(b.recv().await.unwrap().event, event);
+        drop(b);
+        assert_eq!(channel_count(&bus), 0, "no subscriber, no channel");
+        // Publishing with nobody listening stores the event all the same.
+        bus.emit(conv.id, event).await.unwrap();
+        assert_eq!(store.events_since(conv.id, 0, 10).await.unwrap().len(), 2);
     }
 }

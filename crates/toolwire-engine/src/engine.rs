@@ -4,7 +4,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::{
@@ -13,7 +12,7 @@ use toolwire_core::{
 };
 use toolwire_store::{Store, StoreError, StoredEvent};
 
-use crate::bus::{EventBus, Observer};
+use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
 use crate::provider::Provider;
 use crate::tools::ToolRegistry;
@@ -171,7 +170,7 @@ impl Engine {
 
     /// Live events of a conversation. On `Lagged`, read what was missed
     /// with [`Engine::events_since`].
-    pub fn subscribe(&self, conversation: ConversationId) -> broadcast::Receiver<Arc<StoredEvent>> {
+    pub fn subscribe(&self, conversation: ConversationId) -> Subscription {
         self.inner.bus.subscribe(conversation)
     }
 

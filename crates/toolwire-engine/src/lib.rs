@@ -15,6 +15,6 @@ pub mod provider;
 pub mod tools;
 mod turn;
 
-pub use bus::Observer;
+pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};
 pub use engine::{Engine, EngineError, Interjection, TurnHandle, TurnOutcome};
