@@ -15,7 +15,6 @@ use toolwire_core::{ConversationId, Message, MessageId, Role};
 use toolwire_engine::{Engine, Interjection};
 
 use crate::config::EngineArgs;
-use crate::follow::Follower;
 use crate::render::Renderer;
 
 #[derive(Debug, Args)]
@@ -50,7 +49,7 @@ pub async fn run(args: &ChatArgs) -> Result<ExitCode> {
         engine.tools().specs().len(),
     );
     let mut chat = Chat {
-        follower: Follower::new(&engine, conversation),
+        follower: engine.follow(conversation),
         engine,
         renderer: Renderer::new(),
     };
@@ -66,7 +65,7 @@ pub async fn run(args: &ChatArgs) -> Result<ExitCode> {
                 }
                 None => break,
             },
-            batch = chat.follower.next(&chat.engine) => match batch? {
+            batch = chat.follower.next() => match batch? {
                 Some(events) => {
                     for e in events {
                         chat.renderer.render(&e.event)?;
@@ -105,7 +104,7 @@ fn read_lines() -> mpsc::Receiver<String> {
 
 struct Chat {
     engine: Engine,
-    follower: Follower,
+    follower: toolwire_engine::Follower,
     renderer: Renderer,
 }
 
@@ -115,7 +114,7 @@ impl Chat {
     }
 
     fn open(&mut self, conversation: ConversationId) {
-        self.follower = Follower::new(&self.engine, conversation);
+        self.follower = self.engine.follow(conversation);
         eprintln!("(conversation {conversation})");
     }
 

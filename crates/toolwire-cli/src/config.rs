@@ -17,6 +17,7 @@ use toolwire_engine::provider::{
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
+use toolwire_engine::tools::python::PythonLimits;
 use toolwire_engine::{Engine, EngineConfig};
 
 pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
@@ -96,6 +97,13 @@ struct FileConfig {
     /// `[mcp_servers.NAME]` `command = "npx"`, `args = [...]`, `env = {...}`.
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// Bearer keys `serve` accepts; without any it listens on loopback only.
+    #[serde(default)]
+    api_keys: Vec<String>,
+    /// Seconds a Python-source tool may run (default 60).
+    python_timeout_seconds: Option<u64>,
+    /// Memory a Python-source tool may use, in MiB (default 512).
+    python_memory_mb: Option<u64>,
 }
 
 /// Everything resolved.
@@ -113,6 +121,10 @@ pub struct Settings {
     pub demo: bool,
     /// MCP servers from the config file, named by their table key.
     pub mcp_servers: Vec<McpServerConfig>,
+    /// Bearer keys `serve` accepts (the config file's, and
+    /// `TOOLWIRE_API_KEYS`, comma-separated).
+    pub api_keys: Vec<String>,
+    pub python: PythonLimits,
 }
 
 impl EngineArgs {
@@ -160,6 +172,31 @@ impl EngineArgs {
                 ..defaults
             },
             demo,
+            api_keys: {
+                let mut keys = file.api_keys;
+                if let Ok(env) = std::env::var("TOOLWIRE_API_KEYS") {
+                    keys.extend(
+                        env.split(',')
+                            .map(str::trim)
+                            .filter(|k| !k.is_empty())
+                            .map(str::to_owned),
+                    );
+                }
+                keys
+            },
+            python: {
+                let defaults = PythonLimits::default();
+                PythonLimits {
+                    timeout: file
+                        .python_timeout_seconds
+                        .map(std::time::Duration::from_secs)
+                        .unwrap_or(defaults.timeout),
+                    memory_bytes: file
+                        .python_memory_mb
+                        .map(|mb| mb * 1024 * 1024)
+                        .unwrap_or(defaults.memory_bytes),
+                }
+            },
             mcp_servers: file
                 .mcp_servers
                 .into_iter()
@@ -237,10 +274,11 @@ impl Settings {
         for tool in builtin::all(Arc::new(workspace)) {
             registry.register(tool);
         }
-        // connect_all logs each failed server as a warning itself.
-        let (mcp_tools, _warnings) = mcp::connect_all(self.mcp_servers.clone()).await;
-        for tool in mcp_tools {
-            registry.register(tool);
+        // connect_all logs each failed server as a warning itself. Servers
+        // are sources, not fixed tools: their tool lists can change.
+        let (mcp_servers, _warnings) = mcp::connect_all(self.mcp_servers.clone()).await;
+        for server in mcp_servers {
+            registry.register_source(server);
         }
         Ok(registry)
     }

@@ -10,7 +10,6 @@ use toolwire_core::{AgentEvent, ConversationId, StopReason};
 use toolwire_store::StoredEvent;
 
 use crate::config::EngineArgs;
-use crate::follow::Follower;
 use crate::render::Renderer;
 
 #[derive(Debug, Args)]
@@ -41,11 +40,11 @@ pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
         None => engine.create_conversation(None).await?.id,
     };
     // Follow before the turn starts, so that nothing is missed.
-    let mut follower = Follower::new(&engine, conversation);
+    let mut follower = engine.follow(conversation);
     let handle = engine.send(conversation, &args.prompt, None).await?;
     let run_id = handle.run_id;
     let mut renderer = Renderer::new();
-    'events: while let Some(batch) = follower.next(&engine).await? {
+    'events: while let Some(batch) = follower.next().await? {
         for event in batch {
             if args.json {
                 print_json(&event)?;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::approval::{Decision, GatedCall};
 use crate::ids::{ConversationId, MessageId, RunId, ToolCallId};
 use crate::message::{Message, Usage};
 
@@ -24,6 +25,8 @@ pub enum StopReason {
     LlmApiError,
     /// The process stopped mid-turn; found on restart.
     Interrupted,
+    /// Paused: tool calls wait for approval or for the client's result.
+    RequiresApproval,
 }
 
 impl StopReason {
@@ -35,6 +38,7 @@ impl StopReason {
             StopReason::Error => "error",
             StopReason::LlmApiError => "llm_api_error",
             StopReason::Interrupted => "interrupted",
+            StopReason::RequiresApproval => "requires_approval",
         }
     }
 
@@ -46,6 +50,7 @@ impl StopReason {
             "error" => StopReason::Error,
             "llm_api_error" => StopReason::LlmApiError,
             "interrupted" => StopReason::Interrupted,
+            "requires_approval" => StopReason::RequiresApproval,
             _ => return None,
         })
     }
@@ -91,6 +96,13 @@ pub enum AgentEvent {
         run_id: RunId,
         conversation_id: ConversationId,
         message: Message,
+    },
+    /// A model call begins; what it streams becomes message `message_id`.
+    StepStarted {
+        run_id: RunId,
+        message_id: MessageId,
+        /// 1 for the turn's first model call.
+        iteration: u32,
     },
     /// Assistant prose as it streams.
     TextDelta { run_id: RunId, text: String },
@@ -148,6 +160,21 @@ pub enum AgentEvent {
         error: String,
         message: Message,
     },
+    /// The message's calls, some of which wait for answers (in place of
+    /// `tool_calls_generated`); the turn stops with `requires_approval`
+    /// next.
+    ApprovalRequested {
+        run_id: RunId,
+        message_id: MessageId,
+        calls: Vec<GatedCall>,
+    },
+    /// The waiting calls were answered (or the pause was cleared by a
+    /// cancel: then every decision is a denial).
+    ApprovalResolved {
+        run_id: RunId,
+        message_id: MessageId,
+        decisions: Vec<(ToolCallId, Decision)>,
+    },
     /// A user message sent while the turn ran.
     UserInterjection { run_id: RunId, message: Message },
     /// The final answer of the turn, with the turn's totals.
@@ -172,6 +199,7 @@ impl AgentEvent {
     pub fn run_id(&self) -> RunId {
         match self {
             AgentEvent::TurnStarted { run_id, .. }
+            | AgentEvent::StepStarted { run_id, .. }
             | AgentEvent::TextDelta { run_id, .. }
             | AgentEvent::ReasoningDelta { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
@@ -183,6 +211,8 @@ impl AgentEvent {
             | AgentEvent::ToolExecutionProgress { run_id, .. }
             | AgentEvent::ToolExecutionCompleted { run_id, .. }
             | AgentEvent::ToolExecutionFailed { run_id, .. }
+            | AgentEvent::ApprovalRequested { run_id, .. }
+            | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::UserInterjection { run_id, .. }
             | AgentEvent::FinalResponse { run_id, .. }
             | AgentEvent::Stopped { run_id, .. } => *run_id,

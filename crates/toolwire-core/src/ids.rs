@@ -73,6 +73,12 @@ uuid_id!(
     RunId,
     "run"
 );
+uuid_id!(
+    /// One toolwire process's engine, as the store knows it: the owner of
+    /// the runs it starts.
+    InstanceId,
+    "instance"
+);
 
 /// A tool call's id. Providers choose them (`call_…`, `toolu_…`), so it is
 /// a string, unique within its assistant message.

@@ -2,7 +2,8 @@
 //!
 //! **Owns** toolwire's domain: ids ([`ids`]), messages and content blocks
 //! ([`message`]), the conversation tree and its rules ([`tree`]), agent
-//! events ([`event`]) and model pricing ([`pricing`]).
+//! events ([`event`]), paused tool calls ([`approval`]) and model pricing
+//! ([`pricing`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -12,14 +13,16 @@
 //! **Entry points.** [`Message`], [`ContentBlock`], [`ConversationTree`],
 //! [`AgentEvent`], [`StopReason`], [`PriceTable`].
 
+pub mod approval;
 pub mod event;
 pub mod ids;
 pub mod message;
 pub mod pricing;
 pub mod tree;
 
+pub use approval::{Decision, Gate, GatedCall, PendingApproval};
 pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
-pub use ids::{AgentId, ConversationId, InvalidId, MessageId, RunId, ToolCallId};
+pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
 pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};
 pub use pricing::{Price, PriceTable};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

@@ -33,12 +33,14 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason,
+    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
 };
 use toolwire_engine::provider::{Script, ScriptedProvider};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use toolwire_engine::{Engine, EngineConfig};
-use toolwire_store::{ConversationSummary, RunRecord, Store, StoredEvent};
+use toolwire_store::{
+    ConversationSummary, InstanceRecord, RunRecord, Store, StoredEvent, UnfinishedRun,
+};
 
 /// Tool-calling steps per measured turn (plus one final answer).
 const TOOL_STEPS: usize = 5;
@@ -306,8 +308,27 @@ impl Store for Counting {
     async fn total_cost(&self, c: ConversationId) -> R<f64> {
         self.time("total_cost", self.inner.total_cost(c)).await
     }
-    async fn start_run(&self, id: RunId, c: ConversationId) -> R<()> {
-        self.time("start_run", self.inner.start_run(id, c)).await
+    async fn register_instance(&self, id: InstanceId, host: &str, pid: u32) -> R<InstanceRecord> {
+        self.time(
+            "register_instance",
+            self.inner.register_instance(id, host, pid),
+        )
+        .await
+    }
+    async fn heartbeat_instance(&self, id: InstanceId) -> R<()> {
+        self.time("heartbeat_instance", self.inner.heartbeat_instance(id))
+            .await
+    }
+    async fn forget_instances(&self, silent_since: chrono::DateTime<chrono::Utc>) -> R<u64> {
+        self.time(
+            "forget_instances",
+            self.inner.forget_instances(silent_since),
+        )
+        .await
+    }
+    async fn start_run(&self, id: RunId, c: ConversationId, owner: InstanceId) -> R<()> {
+        self.time("start_run", self.inner.start_run(id, c, owner))
+            .await
     }
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> R<()> {
         self.time("finish_run", self.inner.finish_run(id, reason, error))
@@ -316,12 +337,13 @@ impl Store for Counting {
     async fn run(&self, id: RunId) -> R<RunRecord> {
         self.time("run", self.inner.run(id)).await
     }
-    async fn interrupt_unfinished_runs(&self) -> R<Vec<RunRecord>> {
-        self.time(
-            "interrupt_unfinished_runs",
-            self.inner.interrupt_unfinished_runs(),
-        )
-        .await
+    async fn unfinished_runs(&self) -> R<Vec<UnfinishedRun>> {
+        self.time("unfinished_runs", self.inner.unfinished_runs())
+            .await
+    }
+    async fn interrupt_run(&self, id: RunId) -> R<bool> {
+        self.time("interrupt_run", self.inner.interrupt_run(id))
+            .await
     }
     async fn append_events(&self, c: ConversationId, events: &[AgentEvent]) -> R<Vec<u64>> {
         self.time("append_events", self.inner.append_events(c, events))
@@ -329,6 +351,20 @@ impl Store for Counting {
     }
     async fn events_since(&self, c: ConversationId, after: u64, limit: u32) -> R<Vec<StoredEvent>> {
         self.time("events_since", self.inner.events_since(c, after, limit))
+            .await
+    }
+    async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> R<()> {
+        self.time("put_document", self.inner.put_document(kind, id, body))
+            .await
+    }
+    async fn document(&self, kind: &str, id: &str) -> R<Option<toolwire_store::Document>> {
+        self.time("document", self.inner.document(kind, id)).await
+    }
+    async fn documents(&self, kind: &str) -> R<Vec<toolwire_store::Document>> {
+        self.time("documents", self.inner.documents(kind)).await
+    }
+    async fn delete_document(&self, kind: &str, id: &str) -> R<bool> {
+        self.time("delete_document", self.inner.delete_document(kind, id))
             .await
     }
 }

@@ -34,6 +34,15 @@ pub struct EngineConfig {
     /// After a cancel, how long running tools get to stop before they are
     /// aborted (their calls then answered as cancelled).
     pub tool_cancel_grace: std::time::Duration,
+    /// How often the engine tells the store that it is alive (its
+    /// instance's heartbeat), so that other processes on the same database
+    /// leave its turns alone.
+    pub heartbeat_interval: std::time::Duration,
+    /// How long another process may go without a heartbeat before its
+    /// unfinished turns count as orphaned, when the engine starts. Well
+    /// above `heartbeat_interval`: a busy runtime or a database locked by a
+    /// writer delays beats, and hosts' clocks differ a little.
+    pub stale_owner_after: std::time::Duration,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +57,8 @@ impl Default for EngineConfig {
             prices: PriceTable::default(),
             event_capacity: 256,
             tool_cancel_grace: std::time::Duration::from_secs(5),
+            heartbeat_interval: std::time::Duration::from_secs(10),
+            stale_owner_after: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -1,21 +1,24 @@
 //! The engine: conversations, turns and their control (cancel, interject,
 //! edit, regenerate). One turn at a time per conversation.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::{
-    AgentEvent, ContentBlock, Conversation, ConversationId, Message, MessageId, Role, RunId,
-    StopReason, TreeError, Usage, tree,
+    ContentBlock, Conversation, ConversationId, Decision, Message, MessageId, PendingApproval,
+    Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
 };
-use toolwire_store::{Store, StoreError, StoredEvent};
+use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 
+use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
+use crate::follow::Follower;
+use crate::instance::{self, Registration};
 use crate::provider::Provider;
-use crate::tools::ToolRegistry;
+use crate::tools::{ToolRegistry, ToolSpec};
 use crate::turn;
 
 /// What the engine could not do.
@@ -27,6 +30,71 @@ pub enum EngineError {
     Tree(#[from] TreeError),
     #[error("a turn is already running in conversation {0}; interject or cancel it")]
     TurnInProgress(ConversationId),
+    #[error(
+        "conversation {conversation} waits for answers to the tool calls of message {message_id}; \
+         answer them (or cancel) first"
+    )]
+    ApprovalPending {
+        conversation: ConversationId,
+        message_id: MessageId,
+    },
+    #[error("conversation {0} has no tool calls waiting for an answer")]
+    NothingPending(ConversationId),
+    #[error("{}", mismatch_message(expected, received))]
+    ApprovalMismatch {
+        /// Every waiting call: each needs exactly one answer.
+        expected: Vec<ToolCallId>,
+        /// The calls answered, in the order given.
+        received: Vec<ToolCallId>,
+    },
+}
+
+fn mismatch_message(expected: &[ToolCallId], received: &[ToolCallId]) -> String {
+    let unexpected: Vec<ToolCallId> = received
+        .iter()
+        .filter(|r| !expected.contains(r))
+        .cloned()
+        .collect();
+    let list = |ids: &[ToolCallId]| {
+        ids.iter()
+            .map(|i| i.0.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut text = format!(
+        "every waiting tool call needs an answer; expected answers for: {}",
+        list(expected)
+    );
+    if !unexpected.is_empty() {
+        text.push_str(&format!("; these calls do not wait: {}", list(&unexpected)));
+    }
+    text
+}
+
+/// How one turn differs from the engine's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct TurnOptions {
+    /// Model calls before the turn stops with `max_steps`.
+    pub max_steps: Option<u32>,
+    /// The tools of this turn, in place of the engine's.
+    pub tools: Option<ToolRegistry>,
+    /// Tools the client runs: shown to the model (over a server tool of
+    /// the same name); their calls wait for the client's result.
+    pub client_tools: Vec<ToolSpec>,
+    /// Server tools whose calls wait for a person's approval.
+    pub require_approval: HashSet<String>,
+    /// The client that started the turn, told to tools.
+    pub client_id: Option<String>,
+}
+
+/// What became of answers to waiting calls.
+#[derive(Debug)]
+pub enum Responded {
+    /// The turn goes on.
+    Started(TurnHandle),
+    /// Nothing waits, and every answered call already has its result: the
+    /// same answers were applied before.
+    AlreadyApplied,
 }
 
 /// How a turn ended.
@@ -93,6 +161,9 @@ pub(crate) struct Inner {
     pub(crate) config: EngineConfig,
     pub(crate) bus: EventBus,
     pub(crate) active: Mutex<HashMap<ConversationId, ActiveTurn>>,
+    /// The owner of the runs this engine starts; its heartbeat stops when
+    /// the engine goes.
+    pub(crate) instance: Registration,
 }
 
 /// The engine. Cheap to clone.
@@ -111,8 +182,11 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// An engine over `store`. Runs left unfinished by a previous process
-    /// are marked interrupted (and a `stopped` event says so).
+    /// An engine over `store`, registered in it as a new instance (this
+    /// host and process) that owns the runs it starts. Unfinished runs
+    /// whose owner is gone (its process exited, or it stopped sending
+    /// heartbeats) are marked interrupted, and a `stopped` event says so;
+    /// runs of other live processes on the same database are left alone.
     pub async fn start(
         store: Arc<dyn Store>,
         provider: Arc<dyn Provider>,
@@ -120,18 +194,14 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
         let bus = EventBus::new(store.clone(), config.event_capacity);
-        for run in store.interrupt_unfinished_runs().await? {
-            tracing::warn!(run = %run.id, conversation = %run.conversation_id, "turn was interrupted by a restart");
-            bus.emit(
-                run.conversation_id,
-                AgentEvent::Stopped {
-                    run_id: run.id,
-                    reason: StopReason::Interrupted,
-                    error: Some("the process stopped during this turn".into()),
-                },
-            )
-            .await?;
-        }
+        let instance = Registration::register(&store, config.heartbeat_interval).await?;
+        instance::interrupt_orphaned_runs(
+            store.as_ref(),
+            &bus,
+            instance.record(),
+            config.stale_owner_after,
+        )
+        .await?;
         Ok(Engine {
             inner: Arc::new(Inner {
                 store,
@@ -140,8 +210,15 @@ impl Engine {
                 config,
                 bus,
                 active: Mutex::new(HashMap::new()),
+                instance,
             }),
         })
+    }
+
+    /// This engine's instance as the store knows it: the owner of the runs
+    /// it starts.
+    pub fn instance(&self) -> &InstanceRecord {
+        self.inner.instance.record()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -150,6 +227,11 @@ impl Engine {
 
     pub fn tools(&self) -> &ToolRegistry {
         &self.inner.tools
+    }
+
+    /// The model the provider calls.
+    pub fn model(&self) -> &str {
+        self.inner.provider.model()
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -172,6 +254,18 @@ impl Engine {
     /// with [`Engine::events_since`].
     pub fn subscribe(&self, conversation: ConversationId) -> Subscription {
         self.inner.bus.subscribe(conversation)
+    }
+
+    /// Follows the conversation's events from now on, each once, in order
+    /// (a subscription that resyncs from the store when it falls behind).
+    pub fn follow(&self, conversation: ConversationId) -> Follower {
+        Follower::new(self, conversation)
+    }
+
+    /// Follows the conversation's events from just after `seq` (stored
+    /// ones first).
+    pub fn follow_after(&self, conversation: ConversationId, seq: u64) -> Follower {
+        Follower::after(self, conversation, seq)
     }
 
     /// Stored events after `seq`.
@@ -210,6 +304,19 @@ impl Engine {
         text: &str,
         parent: Option<MessageId>,
     ) -> Result<TurnHandle, EngineError> {
+        self.send_with(conversation, text, parent, TurnOptions::default())
+            .await
+    }
+
+    /// [`Engine::send`] with this turn's options. Refused while the
+    /// message it would answer has calls waiting.
+    pub async fn send_with(
+        &self,
+        conversation: ConversationId,
+        text: &str,
+        parent: Option<MessageId>,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
         let parent = match parent {
             Some(p) => p,
             None => {
@@ -220,8 +327,110 @@ impl Engine {
                     .active_leaf
             }
         };
+        if let Some(pending) = self.pending_approval(conversation).await?
+            && pending.message_id == parent
+        {
+            return Err(EngineError::ApprovalPending {
+                conversation,
+                message_id: pending.message_id,
+            });
+        }
         let user = user_message(conversation, parent, text);
-        self.start_turn(conversation, turn::Start::User(user))
+        self.start_turn(conversation, turn::Start::User(user), options)
+    }
+
+    /// The conversation's paused turn, if one waits for answers.
+    pub async fn pending_approval(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Option<PendingApproval>, EngineError> {
+        Ok(approval::load(self.inner.store.as_ref(), conversation).await?)
+    }
+
+    /// Answers the waiting calls of the paused turn (every one of them,
+    /// once), then goes on with the turn; `then` is a user message to add
+    /// after the results.
+    pub async fn respond(
+        &self,
+        conversation: ConversationId,
+        decisions: Vec<(ToolCallId, Decision)>,
+        then: Option<String>,
+        options: TurnOptions,
+    ) -> Result<Responded, EngineError> {
+        let Some(pending) = self.pending_approval(conversation).await? else {
+            return if !decisions.is_empty() && self.all_answered(conversation, &decisions).await? {
+                Ok(Responded::AlreadyApplied)
+            } else {
+                Err(EngineError::NothingPending(conversation))
+            };
+        };
+        let expected = pending.waiting_ids();
+        let received: Vec<ToolCallId> = decisions.iter().map(|(id, _)| id.clone()).collect();
+        let mut answers = HashMap::new();
+        let mut valid = true;
+        for (id, decision) in decisions {
+            // An answer for a call that does not wait, or a second answer.
+            valid &= expected.contains(&id) && !answers.contains_key(&id);
+            answers.insert(id, decision);
+        }
+        if !valid || answers.len() != expected.len() {
+            return Err(EngineError::ApprovalMismatch { expected, received });
+        }
+        let start = turn::Start::Resume {
+            pending,
+            decisions: answers,
+            then,
+        };
+        Ok(Responded::Started(self.start_turn(
+            conversation,
+            start,
+            options,
+        )?))
+    }
+
+    /// Ends the paused turn without going on: its calls are answered as
+    /// not run, with `reason`. Says whether a turn was paused.
+    pub async fn abandon_pending(
+        &self,
+        conversation: ConversationId,
+        reason: &str,
+    ) -> Result<Option<TurnHandle>, EngineError> {
+        let Some(pending) = self.pending_approval(conversation).await? else {
+            return Ok(None);
+        };
+        let start = turn::Start::Abandon {
+            pending,
+            reason: reason.to_owned(),
+        };
+        Ok(Some(self.start_turn(
+            conversation,
+            start,
+            TurnOptions::default(),
+        )?))
+    }
+
+    /// Whether every call in `decisions` has a result on the active branch.
+    async fn all_answered(
+        &self,
+        conversation: ConversationId,
+        decisions: &[(ToolCallId, Decision)],
+    ) -> Result<bool, EngineError> {
+        let leaf = self
+            .inner
+            .store
+            .conversation(conversation)
+            .await?
+            .active_leaf;
+        let path = self.inner.store.path_to(leaf).await?;
+        let answered: HashSet<&ToolCallId> = path
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|b| match b {
+                ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+                _ => None,
+            })
+            .collect();
+        Ok(decisions.iter().all(|(id, _)| answered.contains(id)))
     }
 
     /// Sends and waits for the end of the turn.
@@ -237,14 +446,22 @@ impl Engine {
     pub async fn edit(&self, id: MessageId, text: &str) -> Result<TurnHandle, EngineError> {
         let original = self.inner.store.message(id).await?;
         let sibling = tree::edited_sibling(&original, text)?;
-        self.start_turn(original.conversation_id, turn::Start::User(sibling))
+        self.start_turn(
+            original.conversation_id,
+            turn::Start::User(sibling),
+            TurnOptions::default(),
+        )
     }
 
     /// A new answer in place of assistant message `id` (a new sibling).
     pub async fn regenerate(&self, id: MessageId) -> Result<TurnHandle, EngineError> {
         let original = self.inner.store.message(id).await?;
         let parent = tree::regeneration_parent(&original)?;
-        self.start_turn(original.conversation_id, turn::Start::From(parent))
+        self.start_turn(
+            original.conversation_id,
+            turn::Start::From(parent),
+            TurnOptions::default(),
+        )
     }
 
     /// Cancels the running turn; says whether there was one.
@@ -287,6 +504,7 @@ impl Engine {
         &self,
         conversation: ConversationId,
         start: turn::Start,
+        options: TurnOptions,
     ) -> Result<TurnHandle, EngineError> {
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
@@ -310,7 +528,8 @@ impl Engine {
         }
         let engine = self.clone();
         let join = tokio::spawn(async move {
-            let outcome = turn::run(&engine.inner, conversation, run_id, start, cancel).await;
+            let outcome =
+                turn::run(&engine.inner, conversation, run_id, start, cancel, options).await;
             engine.end_turn(conversation, run_id).await;
             outcome
         });

@@ -6,15 +6,23 @@
 //!
 //! **Invariants.** Knows no front-door wire format (no ACP or Letta names).
 //! Persist, then publish: every step is stored before any client hears of
-//! it. A slow subscriber never blocks a turn.
+//! it. A slow subscriber never blocks a turn. A paused turn's waiting
+//! calls are answered exactly once, and every tool call in the tree gets a
+//! result.
 
+mod approval;
 mod bus;
 mod config;
 mod engine;
+mod follow;
+mod instance;
 pub mod provider;
 pub mod tools;
 mod turn;
 
 pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};
-pub use engine::{Engine, EngineError, Interjection, TurnHandle, TurnOutcome};
+pub use engine::{
+    Engine, EngineError, Interjection, Responded, TurnHandle, TurnOptions, TurnOutcome,
+};
+pub use follow::Follower;

@@ -13,15 +13,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, Message, MessageId, MessageStatus, Progress, Role,
-    RunId, StopReason, ToolCall, ToolCallId, Usage,
+    AgentEvent, ContentBlock, ConversationId, Decision, Gate, GatedCall, Message, MessageId,
+    MessageStatus, PendingApproval, Progress, Role, RunId, StopReason, ToolCall, ToolCallId, Usage,
 };
 use toolwire_stream::{StreamEvent, XmlToolCallParser};
 
+use crate::approval;
 use crate::config::InterjectionMode;
-use crate::engine::{Inner, TurnOutcome, user_message};
+use crate::engine::{Inner, TurnOptions, TurnOutcome, user_message};
 use crate::provider::{ModelRequest, ToolFormat, xml_format};
-use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput};
+use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 /// How a turn begins.
 pub(crate) enum Start {
@@ -29,12 +30,34 @@ pub(crate) enum Start {
     User(Message),
     /// From an existing message (regeneration).
     From(MessageId),
+    /// Going on after a pause: the answers to its waiting calls, then
+    /// (optionally) a new user message.
+    Resume {
+        pending: PendingApproval,
+        decisions: HashMap<ToolCallId, Decision>,
+        then: Option<String>,
+    },
+    /// Ending a pause without going on: its calls are answered as not run
+    /// and the turn stops as cancelled.
+    Abandon {
+        pending: PendingApproval,
+        reason: String,
+    },
 }
 
 /// Why the loop stops early.
 struct Stop {
     reason: StopReason,
     error: Option<String>,
+}
+
+impl Stop {
+    fn paused() -> Self {
+        Stop {
+            reason: StopReason::RequiresApproval,
+            error: None,
+        }
+    }
 }
 
 impl Stop {
@@ -61,7 +84,12 @@ struct Turn<'a> {
     leaf: MessageId,
     usage: Usage,
     cost: Option<f64>,
-    turn_index: usize,
+    /// Which of the conversation's turns this is (for scripted models).
+    turn_index: Option<usize>,
+    /// Model calls made before this run (a run that goes on after a pause
+    /// continues the paused run's count).
+    iterations_before: u32,
+    options: TurnOptions,
 }
 
 pub(crate) async fn run(
@@ -70,6 +98,7 @@ pub(crate) async fn run(
     run_id: RunId,
     start: Start,
     cancel: CancellationToken,
+    options: TurnOptions,
 ) -> TurnOutcome {
     let mut turn = Turn {
         inner,
@@ -79,7 +108,9 @@ pub(crate) async fn run(
         leaf: MessageId::new(),
         usage: Usage::default(),
         cost: None,
-        turn_index: 0,
+        turn_index: None,
+        iterations_before: 0,
+        options,
     };
     let result = turn.run(start).await;
     let (reason, error, final_message) = match result {
@@ -128,15 +159,45 @@ struct PendingCall {
     arguments: Value,
     /// The call could not be parsed; answered with this error unrun.
     invalid: Option<String>,
+    /// Answered without running (a denial, or the client's result).
+    answer: Option<ToolOutput>,
+}
+
+impl PendingCall {
+    fn from_gated(c: GatedCall) -> Self {
+        PendingCall {
+            id: c.call.id,
+            name: c.call.name,
+            arguments: c.call.arguments,
+            invalid: c.invalid,
+            answer: None,
+        }
+    }
 }
 
 impl Turn<'_> {
     async fn run(&mut self, start: Start) -> Result<Message, Stop> {
         self.inner
             .store
-            .start_run(self.run_id, self.conversation)
+            .start_run(
+                self.run_id,
+                self.conversation,
+                self.inner.instance.record().id,
+            )
             .await?;
+        let mut resumed = None;
         match start {
+            Start::Resume {
+                pending,
+                decisions,
+                then,
+            } => {
+                resumed = Some(self.resume(pending, decisions, then).await?);
+            }
+            Start::Abandon { pending, reason } => {
+                self.abandon(pending, &reason).await?;
+                return Err(Stop::new(StopReason::Cancelled, reason));
+            }
             Start::User(user) => {
                 self.leaf = user.id;
                 let started = AgentEvent::TurnStarted {
@@ -154,11 +215,37 @@ impl Turn<'_> {
                     .await?;
             }
         }
-        for iteration in 1..=self.inner.config.max_steps {
+        if let Some((calls, then)) = resumed {
+            let path = self.inner.store.path_to(self.leaf).await?;
+            self.run_tools(self.iterations_before, calls, path).await?;
+            if self.cancel.is_cancelled() {
+                return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
+            }
+            if let Some(text) = then {
+                let user = user_message(self.conversation, self.leaf, &text);
+                let event = AgentEvent::UserInterjection {
+                    run_id: self.run_id,
+                    message: user.clone(),
+                };
+                self.inner.bus.store_message(&user, vec![event]).await?;
+                self.leaf = user.id;
+            }
+        }
+        let max_steps = self
+            .options
+            .max_steps
+            .unwrap_or(self.inner.config.max_steps);
+        for step in 1..=max_steps {
+            let iteration = self.iterations_before + step;
             let (assistant, calls, path) = self.model_step(iteration).await?;
             if calls.is_empty() {
                 return Ok(assistant);
             }
+            if calls.iter().any(|c| c.gate.is_some()) {
+                self.pause(assistant.id, iteration, calls).await?;
+                return Err(Stop::paused());
+            }
+            let calls = calls.into_iter().map(PendingCall::from_gated).collect();
             self.run_tools(iteration, calls, path).await?;
             if self.cancel.is_cancelled() {
                 return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
@@ -166,11 +253,149 @@ impl Turn<'_> {
         }
         Err(Stop::new(
             StopReason::MaxSteps,
-            format!(
-                "stopped after {} model calls (max_steps)",
-                self.inner.config.max_steps
-            ),
+            format!("stopped after {max_steps} model calls (max_steps)"),
         ))
+    }
+
+    /// The tools of this turn.
+    fn tools(&self) -> &ToolRegistry {
+        self.options.tools.as_ref().unwrap_or(&self.inner.tools)
+    }
+
+    /// What the model is told it can call: the turn's tools, and the
+    /// client's (which win over a server tool of the same name).
+    fn specs(&self) -> Vec<ToolSpec> {
+        let client = &self.options.client_tools;
+        let mut specs: Vec<ToolSpec> = self
+            .tools()
+            .specs()
+            .into_iter()
+            .filter(|s| !client.iter().any(|c| c.name == s.name))
+            .collect();
+        specs.extend(client.iter().cloned());
+        specs
+    }
+
+    /// Why `name`'s calls wait, if they do.
+    fn gate(&self, name: &str) -> Option<Gate> {
+        if self.options.client_tools.iter().any(|c| c.name == name) {
+            Some(Gate::Client)
+        } else if self.options.require_approval.contains(name) {
+            Some(Gate::Approval)
+        } else {
+            None
+        }
+    }
+
+    /// Stores the pause, so that it outlives the process (the message was
+    /// stored with its `approval_requested` event).
+    async fn pause(
+        &mut self,
+        message_id: MessageId,
+        iteration: u32,
+        calls: Vec<GatedCall>,
+    ) -> Result<(), Stop> {
+        let pending = PendingApproval {
+            conversation_id: self.conversation,
+            run_id: self.run_id,
+            message_id,
+            iteration,
+            calls,
+            created_at: chrono::Utc::now(),
+        };
+        approval::save(self.inner.store.as_ref(), &pending).await?;
+        Ok(())
+    }
+
+    /// Takes the pause (so that it is answered once) and turns the answers
+    /// into the calls to run: approved and ungated calls run, the others
+    /// are answered with the denial or the client's result.
+    async fn resume(
+        &mut self,
+        pending: PendingApproval,
+        mut decisions: HashMap<ToolCallId, Decision>,
+        then: Option<String>,
+    ) -> Result<(Vec<PendingCall>, Option<String>), Stop> {
+        if !approval::take(self.inner.store.as_ref(), self.conversation).await? {
+            return Err(Stop::new(
+                StopReason::Error,
+                "these tool calls were answered already",
+            ));
+        }
+        self.leaf = pending.message_id;
+        if then.is_none() {
+            // The same turn goes on: a scripted model plays its next step.
+            self.iterations_before = pending.iteration;
+        }
+        let order: Vec<(ToolCallId, Decision)> = pending
+            .waiting()
+            .filter_map(|c| {
+                decisions
+                    .get(&c.call.id)
+                    .map(|d| (c.call.id.clone(), d.clone()))
+            })
+            .collect();
+        self.emit(AgentEvent::ApprovalResolved {
+            run_id: self.run_id,
+            message_id: pending.message_id,
+            decisions: order,
+        })
+        .await?;
+        let calls = pending
+            .calls
+            .into_iter()
+            .map(|c| {
+                let decision = c.gate.and_then(|_| decisions.remove(&c.call.id));
+                let mut call = PendingCall::from_gated(c);
+                call.answer = match decision {
+                    None | Some(Decision::Approve) => None,
+                    Some(Decision::Deny { reason }) => {
+                        Some(ToolOutput::error(Decision::denial_text(reason.as_deref())))
+                    }
+                    Some(Decision::Result { content, is_error }) => {
+                        Some(ToolOutput { content, is_error })
+                    }
+                };
+                call
+            })
+            .collect();
+        Ok((calls, then))
+    }
+
+    /// Answers every call of the pause as not run.
+    async fn abandon(&mut self, pending: PendingApproval, reason: &str) -> Result<(), Stop> {
+        if !approval::take(self.inner.store.as_ref(), self.conversation).await? {
+            return Ok(());
+        }
+        self.leaf = pending.message_id;
+        let decisions = pending
+            .waiting()
+            .map(|c| {
+                (
+                    c.call.id.clone(),
+                    Decision::Deny {
+                        reason: Some(reason.to_owned()),
+                    },
+                )
+            })
+            .collect();
+        self.emit(AgentEvent::ApprovalResolved {
+            run_id: self.run_id,
+            message_id: pending.message_id,
+            decisions,
+        })
+        .await?;
+        for call in pending.calls {
+            let text = format!("Not run: {reason}");
+            self.store_result(
+                &call.call.id,
+                Ok(ToolOutput::error(text)),
+                Duration::ZERO,
+                None,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn emit(&self, event: AgentEvent) -> Result<(), Stop> {
@@ -185,14 +410,15 @@ impl Turn<'_> {
     async fn model_step(
         &mut self,
         iteration: u32,
-    ) -> Result<(Message, Vec<PendingCall>, Vec<Message>), Stop> {
+    ) -> Result<(Message, Vec<GatedCall>, Vec<Message>), Stop> {
         let mut path = self.inner.store.path_to(self.leaf).await?;
-        if iteration == 1 {
-            self.turn_index = path
-                .iter()
-                .filter(|m| m.role == Role::User)
-                .count()
-                .saturating_sub(1);
+        if self.turn_index.is_none() {
+            self.turn_index = Some(
+                path.iter()
+                    .filter(|m| m.role == Role::User)
+                    .count()
+                    .saturating_sub(1),
+            );
         }
         let request = self.request(&path, iteration);
         let started = Instant::now();
@@ -202,6 +428,15 @@ impl Turn<'_> {
         };
         let mut step = StepState::new(self.inner.config.tool_format);
         let mut failure: Option<Stop> = None;
+        // Named now, so that clients can tie the streamed pieces to the
+        // message they become; announced with the first batch (no write
+        // of its own).
+        let message_id = MessageId::new();
+        let mut step_started = Some(AgentEvent::StepStarted {
+            run_id: self.run_id,
+            message_id,
+            iteration,
+        });
         let mut batches = stream.ready_chunks(256);
         while failure.is_none() {
             let batch = tokio::select! {
@@ -212,7 +447,7 @@ impl Turn<'_> {
                 }
             };
             let Some(batch) = batch else { break };
-            let mut publish = Vec::new();
+            let mut publish: Vec<AgentEvent> = step_started.take().into_iter().collect();
             for item in batch {
                 match item {
                     Ok(event) => {
@@ -236,10 +471,14 @@ impl Turn<'_> {
             self.inner.bus.emit_all(self.conversation, publish).await?;
         }
         if failure.is_none() {
-            let publish: Vec<AgentEvent> = step
-                .finish()
+            let publish: Vec<AgentEvent> = step_started
+                .take()
                 .into_iter()
-                .filter_map(|e| self.translate(e).ok().flatten())
+                .chain(
+                    step.finish()
+                        .into_iter()
+                        .filter_map(|e| self.translate(e).ok().flatten()),
+                )
                 .collect();
             self.inner.bus.emit_all(self.conversation, publish).await?;
         }
@@ -250,6 +489,7 @@ impl Turn<'_> {
             Role::Assistant,
             step.content(failure.is_none()),
         );
+        message.id = message_id;
         message.model = Some(model.clone());
         message.duration_ms = Some(started.elapsed().as_millis() as u64);
         if let Some(usage) = step.usage {
@@ -264,8 +504,18 @@ impl Turn<'_> {
             // Keep what was received; its calls are not run.
             message.status = MessageStatus::Interrupted;
         }
-        let calls = if failure.is_none() {
+        let calls: Vec<GatedCall> = if failure.is_none() {
             step.calls()
+                .into_iter()
+                .map(|mut c| {
+                    c.gate = c
+                        .invalid
+                        .is_none()
+                        .then(|| self.gate(&c.call.name))
+                        .flatten();
+                    c
+                })
+                .collect()
         } else {
             Vec::new()
         };
@@ -283,19 +533,17 @@ impl Turn<'_> {
                         usage: self.usage,
                         cost: self.cost,
                     }
+                } else if calls.iter().any(|c| c.gate.is_some()) {
+                    AgentEvent::ApprovalRequested {
+                        run_id,
+                        message_id: message.id,
+                        calls: calls.clone(),
+                    }
                 } else {
                     AgentEvent::ToolCallsGenerated {
                         run_id,
                         message_id: message.id,
-                        calls: calls
-                            .iter()
-                            .map(|c| ToolCall {
-                                id: c.id.clone(),
-                                server: None,
-                                name: c.name.clone(),
-                                arguments: c.arguments.clone(),
-                            })
-                            .collect(),
+                        calls: calls.iter().map(|c| c.call.clone()).collect(),
                     }
                 });
             }
@@ -312,20 +560,20 @@ impl Turn<'_> {
     fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
         let system = path.first().map(Message::text).unwrap_or_default();
         let rest = path.get(1..).unwrap_or_default();
-        let tools = self.inner.tools.specs();
+        let tools = self.specs();
         match self.inner.config.tool_format {
             ToolFormat::Native => ModelRequest {
                 system,
                 messages: rest.to_vec(),
                 tools,
-                turn: self.turn_index,
+                turn: self.turn_index.unwrap_or(0),
                 iteration,
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
                 messages: xml_format::as_text_protocol(rest),
                 tools: Vec::new(),
-                turn: self.turn_index,
+                turn: self.turn_index.unwrap_or(0),
                 iteration,
             },
         }
@@ -412,7 +660,14 @@ impl Turn<'_> {
         loop {
             let mut ready = Vec::new();
             while running.len() + ready.len() < limit && !skip_rest && !self.cancel.is_cancelled() {
-                let Some(call) = queue.pop_front() else { break };
+                let Some(mut call) = queue.pop_front() else {
+                    break;
+                };
+                if let Some(answer) = call.answer.take() {
+                    self.store_result(&call.id, Ok(answer), Duration::ZERO, None)
+                        .await?;
+                    continue;
+                }
                 if let Some(reason) = &call.invalid {
                     let output = ToolOutput::error(format!(
                         "Your call to `{}` could not be read: {reason}",
@@ -422,19 +677,20 @@ impl Turn<'_> {
                         .await?;
                     continue;
                 }
-                let Some(tool) = self.inner.tools.get(&call.name).cloned() else {
-                    let available: Vec<String> = self
-                        .inner
-                        .tools
-                        .specs()
-                        .into_iter()
-                        .map(|s| s.name)
-                        .collect();
-                    let output = ToolOutput::error(format!(
-                        "There is no tool named `{}`. Available tools: {}.",
-                        call.name,
-                        available.join(", ")
-                    ));
+                let Some(tool) = self.tools().get(&call.name) else {
+                    let available: Vec<String> = self.specs().into_iter().map(|s| s.name).collect();
+                    let output = ToolOutput::error(if available.is_empty() {
+                        format!(
+                            "There is no tool named `{}`, and no tools are available.",
+                            call.name
+                        )
+                    } else {
+                        format!(
+                            "There is no tool named `{}`. Available tools: {}.",
+                            call.name,
+                            available.join(", ")
+                        )
+                    });
                     self.store_result(&call.id, Ok(output), Duration::ZERO, None)
                         .await?;
                     continue;
@@ -461,7 +717,7 @@ impl Turn<'_> {
                     iteration,
                     cancel: self.cancel.child_token(),
                     progress: ProgressHandle::new(call.id.clone(), progress_tx.clone()),
-                    client_id: None,
+                    client_id: self.options.client_id.clone(),
                 };
                 let call_id = call.id.clone();
                 let task = running.spawn(async move {
@@ -750,13 +1006,17 @@ impl StepState {
         content
     }
 
-    fn calls(&self) -> Vec<PendingCall> {
+    fn calls(&self) -> Vec<GatedCall> {
         self.calls
             .iter()
-            .map(|c| PendingCall {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                arguments: c.arguments.clone().unwrap_or(Value::Null),
+            .map(|c| GatedCall {
+                call: ToolCall {
+                    id: c.id.clone(),
+                    server: None,
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone().unwrap_or(Value::Null),
+                },
+                gate: None,
                 invalid: match (&c.arguments, &c.failure) {
                     (_, Some(reason)) => Some(reason.clone()),
                     (None, None) => Some("the call was never completed".into()),

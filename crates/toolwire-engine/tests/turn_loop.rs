@@ -350,9 +350,13 @@ async fn restart_marks_the_unfinished_turn_interrupted() {
     .await
     .unwrap();
     let conv = engine.create_conversation(None).await.unwrap();
-    // A run the "previous process" never finished.
+    // A run the "previous process" never finished: it had our pid, and its
+    // engine is gone.
     let run = toolwire_core::RunId::new();
-    store.start_run(run, conv.id).await.unwrap();
+    store
+        .start_run(run, conv.id, engine.instance().id)
+        .await
+        .unwrap();
     drop(engine);
     let engine = Engine::start(
         store.clone(),

@@ -1,7 +1,8 @@
 //! # toolwire-store
 //!
 //! **Owns** persistence: conversations and their message trees, runs
-//! (turns) and the event log, behind the [`Store`] trait, with two
+//! (turns), the instances that own them, and the event log, behind the
+//! [`Store`] trait, with two
 //! backends: SQLite (default, one embedded file, WAL) and PostgreSQL (for
 //! several instances). Schemas are created by migrations on first open.
 //!
@@ -23,7 +24,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason, TreeError,
+    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
+    TreeError,
 };
 
 pub use postgres::PostgresStore;
@@ -38,6 +40,8 @@ pub enum StoreError {
     MessageNotFound(MessageId),
     #[error("run {0} not found")]
     RunNotFound(RunId),
+    #[error("instance {0} not found (never registered, or forgotten)")]
+    InstanceNotFound(InstanceId),
     #[error("message {message} cannot go under {parent}: {reason}")]
     BadParent {
         message: MessageId,
@@ -82,6 +86,33 @@ pub struct RunRecord {
     pub error: Option<String>,
     pub started_at: chrono::DateTime<chrono::Utc>,
     pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The instance that runs (or ran) it; `None` for runs stored before
+    /// runs had owners.
+    pub owner: Option<InstanceId>,
+}
+
+/// A process using the store (in toolwire, one engine), as it registered
+/// itself ([`Store::register_instance`]). Timestamps are taken from the
+/// registering instance's clock, like every other timestamp in the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceRecord {
+    pub id: InstanceId,
+    /// Where `pid` names a process: instances with equal `host`s can look
+    /// up each other's processes. The instance chooses it.
+    pub host: String,
+    pub pid: u32,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// When the instance last said it was alive.
+    pub heartbeat_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A run with no stop reason yet, and what is known of its owner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnfinishedRun {
+    pub run: RunRecord,
+    /// `None` when the run has no owner (stored before runs had owners) or
+    /// its owner's record is gone.
+    pub owner: Option<InstanceRecord>,
 }
 
 /// An event with its place in the conversation's log.
@@ -90,6 +121,18 @@ pub struct StoredEvent {
     /// 1, 2, 3 … per conversation, without gaps.
     pub seq: u64,
     pub event: AgentEvent,
+}
+
+/// A JSON document kept for a front door or the engine (an agent, a tool,
+/// a paused turn), named by its kind and id. The store does not read the
+/// body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    pub kind: String,
+    pub id: String,
+    pub body: serde_json::Value,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Persistence of conversation trees, runs and events.
@@ -150,17 +193,48 @@ pub trait Store: Send + Sync + 'static {
     /// Sum of the cost of every message of the conversation.
     async fn total_cost(&self, conversation: ConversationId) -> Result<f64>;
 
-    /// Records that run `id` began in `conversation`.
-    async fn start_run(&self, id: RunId, conversation: ConversationId) -> Result<()>;
+    /// Records instance `id`, on `host` with process `pid`, as alive now.
+    /// Registering a known id again (after [`Store::forget_instances`]
+    /// forgot it) only renews its heartbeat.
+    async fn register_instance(
+        &self,
+        id: InstanceId,
+        host: &str,
+        pid: u32,
+    ) -> Result<InstanceRecord>;
+
+    /// Records that instance `id` is still alive;
+    /// [`StoreError::InstanceNotFound`] once it has been forgotten.
+    async fn heartbeat_instance(&self, id: InstanceId) -> Result<()>;
+
+    /// Forgets the instances silent since before `silent_since` that own no
+    /// unfinished run (their finished runs keep the owner's id); returns how
+    /// many.
+    async fn forget_instances(&self, silent_since: chrono::DateTime<chrono::Utc>) -> Result<u64>;
+
+    /// Records that run `id` began in `conversation`, run by instance
+    /// `owner` (registered with [`Store::register_instance`]).
+    async fn start_run(
+        &self,
+        id: RunId,
+        conversation: ConversationId,
+        owner: InstanceId,
+    ) -> Result<()>;
 
     /// Records how run `id` ended.
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> Result<()>;
 
     async fn run(&self, id: RunId) -> Result<RunRecord>;
 
-    /// Marks every run still going on as interrupted (for use at start-up,
-    /// when no run can really be going on) and returns them.
-    async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>>;
+    /// Every run with no stop reason yet, oldest first, with its owner's
+    /// record: for deciding, at start-up, which of them lost their owner.
+    async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>>;
+
+    /// Marks run `id` interrupted if it is still unfinished, and says
+    /// whether it did: `false` when it had ended meanwhile or another
+    /// instance interrupted it first, so that only one of several instances
+    /// starting at once reports it.
+    async fn interrupt_run(&self, id: RunId) -> Result<bool>;
 
     /// Appends `event` to the conversation's log; returns its `seq`.
     async fn append_event(&self, conversation: ConversationId, event: &AgentEvent) -> Result<u64> {
@@ -186,6 +260,18 @@ pub trait Store: Send + Sync + 'static {
         after: u64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>>;
+
+    /// Stores `body` as document `(kind, id)`, replacing one there (which
+    /// keeps its `created_at`).
+    async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> Result<()>;
+
+    async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>>;
+
+    /// The documents of `kind`, oldest first.
+    async fn documents(&self, kind: &str) -> Result<Vec<Document>>;
+
+    /// Removes document `(kind, id)`; says whether it was there.
+    async fn delete_document(&self, kind: &str, id: &str) -> Result<bool>;
 }
 
 /// Opens (creating if needed, and migrating) the store at `url`.

@@ -11,12 +11,14 @@ use sqlx::sqlite::{SqliteArgumentsBuffer, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Json;
 use sqlx::{Decode, Encode, Postgres, Sqlite, Type};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Conversation, ConversationId, ForkOrigin, Message, MessageId,
-    MessageStatus, Role, RunId, StopReason, Usage,
+    AgentEvent, ContentBlock, Conversation, ConversationId, ForkOrigin, InstanceId, Message,
+    MessageId, MessageStatus, Role, RunId, StopReason, Usage,
 };
 use uuid::Uuid;
 
-use crate::{ConversationSummary, Result, RunRecord, StoreError, StoredEvent};
+use crate::{
+    ConversationSummary, InstanceRecord, Result, RunRecord, StoreError, StoredEvent, UnfinishedRun,
+};
 
 /// A timestamp, kept to the microsecond on both backends: `TIMESTAMPTZ` on
 /// PostgreSQL, `INTEGER` microseconds since the Unix epoch on SQLite (so
@@ -312,7 +314,7 @@ impl TryFrom<SummaryRow> for ConversationSummary {
 /// The select list for a [`RunRow`].
 macro_rules! run_columns {
     () => {
-        "id, conversation_id, stop_reason, error, started_at, finished_at"
+        "id, conversation_id, stop_reason, error, started_at, finished_at, owner"
     };
 }
 pub(crate) use run_columns;
@@ -325,6 +327,7 @@ pub(crate) struct RunRow {
     pub error: Option<String>,
     pub started_at: Ts,
     pub finished_at: Option<Ts>,
+    pub owner: Option<Uuid>,
 }
 
 impl TryFrom<RunRow> for RunRecord {
@@ -346,6 +349,108 @@ impl TryFrom<RunRow> for RunRecord {
             error: r.error,
             started_at: r.started_at.0,
             finished_at: r.finished_at.map(|t| t.0),
+            owner: r.owner.map(InstanceId),
+        })
+    }
+}
+
+/// The select list for an [`InstanceRow`].
+macro_rules! instance_columns {
+    () => {
+        "id, host, pid, started_at, heartbeat_at"
+    };
+}
+pub(crate) use instance_columns;
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct InstanceRow {
+    pub id: Uuid,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: Ts,
+    pub heartbeat_at: Ts,
+}
+
+impl TryFrom<InstanceRow> for InstanceRecord {
+    type Error = StoreError;
+
+    fn try_from(r: InstanceRow) -> Result<InstanceRecord> {
+        let id = InstanceId(r.id);
+        Ok(InstanceRecord {
+            id,
+            pid: u32::try_from(r.pid)
+                .map_err(|_| StoreError::Corrupt(format!("instance {id}: pid {}", r.pid)))?,
+            host: r.host,
+            started_at: r.started_at.0,
+            heartbeat_at: r.heartbeat_at.0,
+        })
+    }
+}
+
+/// A run and, through a left join, its owner's columns (all `NULL` when
+/// the owner is unknown).
+#[derive(sqlx::FromRow)]
+pub(crate) struct UnfinishedRow {
+    #[sqlx(flatten)]
+    run: RunRow,
+    instance_id: Option<Uuid>,
+    instance_host: Option<String>,
+    instance_pid: Option<i64>,
+    instance_started_at: Option<Ts>,
+    instance_heartbeat_at: Option<Ts>,
+}
+
+impl TryFrom<UnfinishedRow> for UnfinishedRun {
+    type Error = StoreError;
+
+    fn try_from(r: UnfinishedRow) -> Result<UnfinishedRun> {
+        let owner = match (
+            r.instance_id,
+            r.instance_host,
+            r.instance_pid,
+            r.instance_started_at,
+            r.instance_heartbeat_at,
+        ) {
+            (Some(id), Some(host), Some(pid), Some(started_at), Some(heartbeat_at)) => Some(
+                InstanceRow {
+                    id,
+                    host,
+                    pid,
+                    started_at,
+                    heartbeat_at,
+                }
+                .try_into()?,
+            ),
+            _ => None,
+        };
+        Ok(UnfinishedRun {
+            run: r.run.try_into()?,
+            owner,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct DocumentRow {
+    kind: String,
+    id: String,
+    body: String,
+    created_at: Ts,
+    updated_at: Ts,
+}
+
+impl TryFrom<DocumentRow> for crate::Document {
+    type Error = StoreError;
+
+    fn try_from(row: DocumentRow) -> Result<Self> {
+        let body = serde_json::from_str(&row.body)
+            .map_err(|e| StoreError::Corrupt(format!("document {} {}: {e}", row.kind, row.id)))?;
+        Ok(crate::Document {
+            kind: row.kind,
+            id: row.id,
+            body,
+            created_at: row.created_at.0,
+            updated_at: row.updated_at.0,
         })
     }
 }

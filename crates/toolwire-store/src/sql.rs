@@ -18,7 +18,7 @@ use toolwire_core::tree::{fork_copy, root_message};
 use toolwire_core::{Conversation, ConversationId, ForkOrigin, Message, MessageId};
 use uuid::Uuid;
 
-use crate::rows::{Ts, conversation_columns, run_columns};
+use crate::rows::{Ts, conversation_columns, instance_columns};
 use crate::{Result, StoreError};
 
 // The write statements, shared with the SQLite backend's own writer (which
@@ -64,17 +64,52 @@ pub(crate) const TAKE_EVENT_SEQS: &str = "UPDATE conversations \
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
     (conversation_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)";
 
-pub(crate) const START_RUN: &str = "INSERT INTO runs (id, conversation_id, started_at) \
-    SELECT $1, id, $3 FROM conversations WHERE id = $2";
+pub(crate) const START_RUN: &str = "INSERT INTO runs (id, conversation_id, started_at, owner) \
+    SELECT $1, id, $3, $4 FROM conversations WHERE id = $2";
 
 pub(crate) const FINISH_RUN: &str =
     "UPDATE runs SET stop_reason = $2, error = $3, finished_at = $4 WHERE id = $1";
 
-pub(crate) const INTERRUPT_RUNS: &str = concat!(
-    "UPDATE runs SET stop_reason = $1, finished_at = $2 \
-     WHERE stop_reason IS NULL RETURNING ",
-    run_columns!()
+/// The run's stop reason, only if it has none: of two instances that both
+/// find the run orphaned, one interrupts it.
+pub(crate) const INTERRUPT_RUN: &str = "UPDATE runs SET stop_reason = $2, finished_at = $3 \
+    WHERE id = $1 AND stop_reason IS NULL";
+
+/// Runs going on, oldest first, with their owners' columns (`NULL` when
+/// unknown); see [`crate::rows::UnfinishedRow`].
+pub(crate) const UNFINISHED_RUNS: &str = "SELECT r.id, r.conversation_id, r.stop_reason, \
+    r.error, r.started_at, r.finished_at, r.owner, i.id AS instance_id, \
+    i.host AS instance_host, i.pid AS instance_pid, i.started_at AS instance_started_at, \
+    i.heartbeat_at AS instance_heartbeat_at \
+    FROM runs r LEFT JOIN instances i ON i.id = r.owner \
+    WHERE r.stop_reason IS NULL ORDER BY r.started_at, r.id";
+
+pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
+
+/// Inserts instance `$1` with its heartbeat at `$4`, or renews the
+/// heartbeat of a known one (an instance forgotten while it was silent
+/// registers again under the same id).
+pub(crate) const REGISTER_INSTANCE: &str = concat!(
+    "INSERT INTO instances (id, host, pid, started_at, heartbeat_at) \
+     VALUES ($1, $2, $3, $4, $4) \
+     ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at \
+     RETURNING ",
+    instance_columns!()
 );
+
+pub(crate) const HEARTBEAT_INSTANCE: &str = "UPDATE instances SET heartbeat_at = $2 WHERE id = $1";
+
+/// An instance that still owns an unfinished run is kept: the run's owner
+/// must stay known until someone decides it is gone.
+pub(crate) const FORGET_INSTANCES: &str = "DELETE FROM instances WHERE heartbeat_at < $1 \
+    AND NOT EXISTS (SELECT 1 FROM runs r \
+                    WHERE r.owner = instances.id AND r.stop_reason IS NULL)";
+
+pub(crate) const PUT_DOCUMENT: &str = "INSERT INTO documents \
+    (kind, id, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
+    ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at";
+
+pub(crate) const DELETE_DOCUMENT: &str = "DELETE FROM documents WHERE kind = $1 AND id = $2";
 
 /// A new conversation and its root, for
 /// [`Store::create_conversation`](crate::Store::create_conversation).
@@ -171,26 +206,32 @@ pub(crate) fn forked(
 /// With `own_writes = field`, where `field` is an `Option` of something
 /// with async methods named and typed as the write methods of the trait
 /// (`create_conversation`, `append_with_events`, `update`,
-/// `set_active_leaf`, `fork`, `start_run`, `finish_run`,
-/// `interrupt_unfinished_runs`, `append_events`), those go there when it is
-/// `Some`, and through sqlx otherwise.
+/// `set_active_leaf`, `fork`, `register_instance`, `heartbeat_instance`,
+/// `forget_instances`, `start_run`, `finish_run`, `interrupt_run`,
+/// `append_events`), those go there when it is `Some`, and through sqlx
+/// otherwise.
 macro_rules! impl_store {
     ($store:ident, $db:ty, begin_write = $begin:literal $(, own_writes = $own:ident)?) => {
         use $crate::rows::{
             self, conversation_columns, message_columns, run_columns, ConversationRow, EventRow,
-            MessageRow, MessageValues, RunRow, SummaryRow, Ts,
+            DocumentRow, InstanceRow, MessageRow, MessageValues, RunRow, SummaryRow, Ts, UnfinishedRow,
         };
         use $crate::sql::{
-            check_parent, check_update, forked, new_conversation, FINISH_RUN, INSERT_CONVERSATION,
-            INSERT_EVENT, INSERT_MESSAGE, INTERRUPT_RUNS, MESSAGE_CONVERSATION, MESSAGE_PLACE,
+            check_parent, check_update, forked, new_conversation, DELETE_DOCUMENT, FINISH_RUN,
+            INSERT_CONVERSATION, PUT_DOCUMENT,
+            INSERT_EVENT, INSERT_MESSAGE, INTERRUPT_RUN, MESSAGE_CONVERSATION, MESSAGE_PLACE,
             SELECT_CONVERSATION, SET_ACTIVE_LEAF, START_RUN, TAKE_EVENT_SEQS, UPDATE_MESSAGE,
+            FORGET_INSTANCES, HEARTBEAT_INSTANCE, REGISTER_INSTANCE, RUN_EXISTS, UNFINISHED_RUNS,
         };
-        use $crate::{ConversationSummary, Result, RunRecord, Store, StoreError, StoredEvent};
+        use $crate::{
+            ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError,
+            StoredEvent, UnfinishedRun,
+        };
         use async_trait::async_trait;
         use sqlx::Row as _;
         use toolwire_core::{
-            AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason,
-            TreeError,
+            AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+            StopReason, TreeError,
         };
 
         type Conn = <$db as sqlx::Database>::Connection;
@@ -560,14 +601,68 @@ macro_rules! impl_store {
                 .ok_or(StoreError::ConversationNotFound(conversation))
             }
 
-            async fn start_run(&self, id: RunId, conversation: ConversationId) -> Result<()> {
+            async fn register_instance(
+                &self,
+                id: InstanceId,
+                host: &str,
+                pid: u32,
+            ) -> Result<InstanceRecord> {
                 $(if let Some(own) = &self.$own {
-                    return own.start_run(id, conversation).await;
+                    return own.register_instance(id, host, pid).await;
+                })?
+                sqlx::query_as::<_, InstanceRow>(REGISTER_INSTANCE)
+                    .bind(id.0)
+                    .bind(host)
+                    .bind(i64::from(pid))
+                    .bind(Ts::now())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn heartbeat_instance(&self, id: InstanceId) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.heartbeat_instance(id).await;
+                })?
+                let updated = sqlx::query(HEARTBEAT_INSTANCE)
+                    .bind(id.0)
+                    .bind(Ts::now())
+                    .execute(&self.pool)
+                    .await?;
+                if updated.rows_affected() == 0 {
+                    return Err(StoreError::InstanceNotFound(id));
+                }
+                Ok(())
+            }
+
+            async fn forget_instances(
+                &self,
+                silent_since: chrono::DateTime<chrono::Utc>,
+            ) -> Result<u64> {
+                $(if let Some(own) = &self.$own {
+                    return own.forget_instances(silent_since).await;
+                })?
+                Ok(sqlx::query(FORGET_INSTANCES)
+                    .bind(Ts::from(silent_since))
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn start_run(
+                &self,
+                id: RunId,
+                conversation: ConversationId,
+                owner: InstanceId,
+            ) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.start_run(id, conversation, owner).await;
                 })?
                 let inserted = sqlx::query(START_RUN)
                     .bind(id.0)
                     .bind(conversation.0)
                     .bind(Ts::now())
+                    .bind(owner.0)
                     .execute(&self.pool)
                     .await?;
                 if inserted.rows_affected() == 0 {
@@ -611,20 +706,37 @@ macro_rules! impl_store {
                 .try_into()
             }
 
-            async fn interrupt_unfinished_runs(&self) -> Result<Vec<RunRecord>> {
-                $(if let Some(own) = &self.$own {
-                    return own.interrupt_unfinished_runs().await;
-                })?
-                let mut runs = sqlx::query_as::<_, RunRow>(INTERRUPT_RUNS)
-                    .bind(StopReason::Interrupted.as_str())
-                    .bind(Ts::now())
+            async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>> {
+                sqlx::query_as::<_, UnfinishedRow>(UNFINISHED_RUNS)
                     .fetch_all(&self.pool)
                     .await?
                     .into_iter()
-                    .map(RunRecord::try_from)
-                    .collect::<Result<Vec<_>>>()?;
-                runs.sort_by_key(|r| (r.started_at, r.id));
-                Ok(runs)
+                    .map(UnfinishedRun::try_from)
+                    .collect()
+            }
+
+            async fn interrupt_run(&self, id: RunId) -> Result<bool> {
+                $(if let Some(own) = &self.$own {
+                    return own.interrupt_run(id).await;
+                })?
+                let updated = sqlx::query(INTERRUPT_RUN)
+                    .bind(id.0)
+                    .bind(StopReason::Interrupted.as_str())
+                    .bind(Ts::now())
+                    .execute(&self.pool)
+                    .await?;
+                if updated.rows_affected() > 0 {
+                    return Ok(true);
+                }
+                // Runs are never deleted: one not found now never existed.
+                let known: Option<i32> = sqlx::query_scalar(RUN_EXISTS)
+                    .bind(id.0)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                match known {
+                    Some(_) => Ok(false),
+                    None => Err(StoreError::RunNotFound(id)),
+                }
             }
 
             async fn append_events(
@@ -665,6 +777,63 @@ macro_rules! impl_store {
                     .into_iter()
                     .map(|e| e.into_event(conversation))
                     .collect()
+            }
+
+            async fn put_document(
+                &self,
+                kind: &str,
+                id: &str,
+                body: &serde_json::Value,
+            ) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.put_document(kind, id, body).await;
+                })?
+                sqlx::query(PUT_DOCUMENT)
+                    .bind(kind)
+                    .bind(id)
+                    .bind(sqlx::types::Json(body))
+                    .bind(Ts::now())
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>> {
+                sqlx::query_as::<_, DocumentRow>(
+                    "SELECT kind, id, CAST(body AS TEXT) AS body, created_at, updated_at \
+                     FROM documents WHERE kind = $1 AND id = $2",
+                )
+                .bind(kind)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .map(Document::try_from)
+                .transpose()
+            }
+
+            async fn documents(&self, kind: &str) -> Result<Vec<Document>> {
+                sqlx::query_as::<_, DocumentRow>(
+                    "SELECT kind, id, CAST(body AS TEXT) AS body, created_at, updated_at \
+                     FROM documents WHERE kind = $1 ORDER BY created_at, id",
+                )
+                .bind(kind)
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(Document::try_from)
+                .collect()
+            }
+
+            async fn delete_document(&self, kind: &str, id: &str) -> Result<bool> {
+                $(if let Some(own) = &self.$own {
+                    return own.delete_document(kind, id).await;
+                })?
+                let deleted = sqlx::query(DELETE_DOCUMENT)
+                    .bind(kind)
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(deleted.rows_affected() > 0)
             }
         }
     };

@@ -281,16 +281,17 @@ mod writer {
     use std::sync::{Arc, Mutex, PoisonError};
 
     use rusqlite::types::ToSql;
-    use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior};
+    use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
     use toolwire_core::{
-        AgentEvent, Conversation, ConversationId, Message, MessageId, RunId, StopReason, TreeError,
+        AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+        StopReason, TreeError,
     };
     use uuid::Uuid;
 
     use super::{BUSY_TIMEOUT, blocking};
-    use crate::rows::{self, ConversationRow, MessageValues, RunRow, Ts};
+    use crate::rows::{self, ConversationRow, InstanceRow, MessageValues, Ts};
     use crate::sql;
-    use crate::{Result, RunRecord, StoreError};
+    use crate::{InstanceRecord, Result, StoreError};
 
     /// The one connection our writes go through: writers of this process
     /// queue on its lock rather than on SQLite's (other processes' writers
@@ -349,6 +350,37 @@ mod writer {
                 let value = f(&tx)?;
                 tx.commit()?;
                 Ok(value)
+            })
+            .await
+        }
+
+        pub(in crate::sqlite) async fn put_document(
+            self: &Arc<Self>,
+            kind: &str,
+            id: &str,
+            body: &serde_json::Value,
+        ) -> Result<()> {
+            let (kind, id, body) = (kind.to_owned(), id.to_owned(), body.to_string());
+            let now = Ts::now().0.timestamp_micros();
+            self.write(move |tx| {
+                tx.prepare_cached(sql::PUT_DOCUMENT)?
+                    .execute(numbered(&[&kind, &id, &body, &now]).as_slice())?;
+                Ok(())
+            })
+            .await
+        }
+
+        pub(in crate::sqlite) async fn delete_document(
+            self: &Arc<Self>,
+            kind: &str,
+            id: &str,
+        ) -> Result<bool> {
+            let (kind, id) = (kind.to_owned(), id.to_owned());
+            self.write(move |tx| {
+                let deleted = tx
+                    .prepare_cached(sql::DELETE_DOCUMENT)?
+                    .execute(numbered(&[&kind, &id]).as_slice())?;
+                Ok(deleted > 0)
             })
             .await
         }
@@ -468,16 +500,82 @@ mod writer {
             .await
         }
 
+        pub(in crate::sqlite) async fn register_instance(
+            self: &Arc<Self>,
+            id: InstanceId,
+            host: &str,
+            pid: u32,
+        ) -> Result<InstanceRecord> {
+            let host = host.to_owned();
+            let now = Ts::now().0.timestamp_micros();
+            self.write(move |tx| {
+                let values = numbered(&[&id.0, &host, &pid, &now]);
+                let (id, host, pid, started_at, heartbeat_at) = tx
+                    .prepare_cached(sql::REGISTER_INSTANCE)?
+                    .query_row(values.as_slice(), |r| {
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, i64>(4)?,
+                        ))
+                    })?;
+                InstanceRow {
+                    id,
+                    host,
+                    pid,
+                    started_at: Ts::from_micros(started_at)?,
+                    heartbeat_at: Ts::from_micros(heartbeat_at)?,
+                }
+                .try_into()
+            })
+            .await
+        }
+
+        pub(in crate::sqlite) async fn heartbeat_instance(
+            self: &Arc<Self>,
+            id: InstanceId,
+        ) -> Result<()> {
+            let now = Ts::now().0.timestamp_micros();
+            self.write(move |tx| {
+                let updated = tx
+                    .prepare_cached(sql::HEARTBEAT_INSTANCE)?
+                    .execute(numbered(&[&id.0, &now]).as_slice())?;
+                if updated == 0 {
+                    return Err(StoreError::InstanceNotFound(id));
+                }
+                Ok(())
+            })
+            .await
+        }
+
+        pub(in crate::sqlite) async fn forget_instances(
+            self: &Arc<Self>,
+            silent_since: chrono::DateTime<chrono::Utc>,
+        ) -> Result<u64> {
+            let before = Ts::from(silent_since).0.timestamp_micros();
+            self.write(move |tx| {
+                let deleted = tx
+                    .prepare_cached(sql::FORGET_INSTANCES)?
+                    .execute(numbered(&[&before]).as_slice())?;
+                // A count of rows always fits.
+                Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+            })
+            .await
+        }
+
         pub(in crate::sqlite) async fn start_run(
             self: &Arc<Self>,
             id: RunId,
             conversation: ConversationId,
+            owner: InstanceId,
         ) -> Result<()> {
             let now = Ts::now().0.timestamp_micros();
             self.write(move |tx| {
                 let inserted = tx
                     .prepare_cached(sql::START_RUN)?
-                    .execute(numbered(&[&id.0, &conversation.0, &now]).as_slice())?;
+                    .execute(numbered(&[&id.0, &conversation.0, &now, &owner.0]).as_slice())?;
                 if inserted == 0 {
                     return Err(StoreError::ConversationNotFound(conversation));
                 }
@@ -506,24 +604,22 @@ mod writer {
             .await
         }
 
-        pub(in crate::sqlite) async fn interrupt_unfinished_runs(
-            self: &Arc<Self>,
-        ) -> Result<Vec<RunRecord>> {
+        pub(in crate::sqlite) async fn interrupt_run(self: &Arc<Self>, id: RunId) -> Result<bool> {
             let now = Ts::now().0.timestamp_micros();
-            let mut runs = self
-                .write(move |tx| {
-                    let mut statement = tx.prepare_cached(sql::INTERRUPT_RUNS)?;
-                    let mut rows = statement
-                        .query(numbered(&[&StopReason::Interrupted.as_str(), &now]).as_slice())?;
-                    let mut runs = Vec::new();
-                    while let Some(r) = rows.next()? {
-                        runs.push(RunRecord::try_from(run_row(r)?)?);
-                    }
-                    Ok(runs)
-                })
-                .await?;
-            runs.sort_by_key(|r| (r.started_at, r.id));
-            Ok(runs)
+            self.write(move |tx| {
+                let updated = tx.prepare_cached(sql::INTERRUPT_RUN)?.execute(
+                    numbered(&[&id.0, &StopReason::Interrupted.as_str(), &now]).as_slice(),
+                )?;
+                if updated > 0 {
+                    return Ok(true);
+                }
+                tx.prepare_cached(sql::RUN_EXISTS)?
+                    .query_row(numbered(&[&id.0]).as_slice(), |_| Ok(()))
+                    .optional()?
+                    .map(|()| false)
+                    .ok_or(StoreError::RunNotFound(id))
+            })
+            .await
         }
 
         pub(in crate::sqlite) async fn append_events(
@@ -676,20 +772,6 @@ mod writer {
                     .try_into()
                 },
             )
-    }
-
-    fn run_row(r: &Row<'_>) -> Result<RunRow> {
-        Ok(RunRow {
-            id: r.get(0)?,
-            conversation_id: r.get(1)?,
-            stop_reason: r.get(2)?,
-            error: r.get(3)?,
-            started_at: Ts::from_micros(r.get(4)?)?,
-            finished_at: r
-                .get::<_, Option<i64>>(5)?
-                .map(Ts::from_micros)
-                .transpose()?,
-        })
     }
 }
 

@@ -47,6 +47,39 @@ async fn in_memory_databases_work() {
     assert_eq!(store.path_to(c.root_id).await.unwrap().len(), 1);
 }
 
+/// An in-memory database is written through sqlx rather than the file's
+/// own writer: run ownership works there too.
+#[tokio::test]
+async fn in_memory_databases_keep_run_owners() {
+    use toolwire_core::{InstanceId, RunId};
+    let store = toolwire_store::open("sqlite::memory:").await.unwrap();
+    let c = store.create_conversation("sys", None).await.unwrap();
+    let me = store
+        .register_instance(InstanceId::new(), "host", 42)
+        .await
+        .unwrap();
+    store.heartbeat_instance(me.id).await.unwrap();
+    let run = RunId::new();
+    store.start_run(run, c.id, me.id).await.unwrap();
+    let unfinished = store.unfinished_runs().await.unwrap();
+    assert_eq!(unfinished.len(), 1);
+    assert_eq!(unfinished[0].run.owner, Some(me.id));
+    assert_eq!(unfinished[0].owner.as_ref().map(|o| o.pid), Some(42));
+    let later = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
+    assert_eq!(store.forget_instances(later).await.unwrap(), 0);
+    assert!(store.interrupt_run(run).await.unwrap());
+    assert!(!store.interrupt_run(run).await.unwrap());
+    assert!(matches!(
+        store.interrupt_run(RunId::new()).await.unwrap_err(),
+        StoreError::RunNotFound(_)
+    ));
+    assert_eq!(store.forget_instances(later).await.unwrap(), 1);
+    assert!(matches!(
+        store.heartbeat_instance(me.id).await.unwrap_err(),
+        StoreError::InstanceNotFound(_)
+    ));
+}
+
 #[tokio::test]
 async fn unsupported_urls_are_refused() {
     let err = toolwire_store::open("mysql://localhost/x")
@@ -66,7 +99,11 @@ async fn two_stores_on_one_file_write_at_once() {
     let second = toolwire_store::open(&url).await.unwrap();
     let c = first.create_conversation("sys", None).await.unwrap();
     let run = toolwire_core::RunId::new();
-    first.start_run(run, c.id).await.unwrap();
+    let me = first
+        .register_instance(toolwire_core::InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
+    first.start_run(run, c.id, me.id).await.unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for store in [first.clone(), second.clone()] {
         tasks.spawn(async move {

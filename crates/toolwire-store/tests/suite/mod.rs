@@ -8,8 +8,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use toolwire_core::tree::{edited_sibling, regeneration_parent};
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, Message, MessageId, MessageStatus, Role, RunId,
-    StopReason, TreeError, Usage,
+    AgentEvent, ContentBlock, ConversationId, InstanceId, Message, MessageId, MessageStatus, Role,
+    RunId, StopReason, TreeError, Usage,
 };
 use toolwire_store::{Store, StoreError};
 
@@ -61,6 +61,9 @@ macro_rules! store_tests {
             update_keeps_the_tree_place,
             total_cost_and_list,
             runs_and_interrupted_runs,
+            unfinished_runs_come_with_their_owners,
+            concurrent_interrupts_report_a_run_once,
+            instances_register_beat_and_are_forgotten,
             events_are_numbered_and_paged,
             concurrent_events_have_no_gaps,
             path_to_a_long_chain,
@@ -68,6 +71,7 @@ macro_rules! store_tests {
             concurrent_siblings_keep_their_paths,
             data_survives_reopening,
             corrupt_content_is_reported,
+            documents_are_kept_by_kind,
         );
     };
     (@ $run:path; $($name:ident),* $(,)?) => {
@@ -369,6 +373,11 @@ pub async fn unknown_ids_are_not_found(db: Db) {
     let s = &db.store;
     let c = s.create_conversation("sys", None).await.unwrap();
     let (nc, nm, nr) = (ConversationId::new(), MessageId::new(), RunId::new());
+    let ni = InstanceId::new();
+    let me = s
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
     macro_rules! not_found {
         ($call:expr, $variant:ident, $id:expr) => {
             let err = $call.await.unwrap_err();
@@ -379,7 +388,8 @@ pub async fn unknown_ids_are_not_found(db: Db) {
     not_found!(s.leaves(nc), ConversationNotFound, nc);
     not_found!(s.total_cost(nc), ConversationNotFound, nc);
     not_found!(s.set_active_leaf(nc, c.root_id), ConversationNotFound, nc);
-    not_found!(s.start_run(nr, nc), ConversationNotFound, nc);
+    not_found!(s.start_run(nr, nc, me.id), ConversationNotFound, nc);
+    not_found!(s.heartbeat_instance(ni), InstanceNotFound, ni);
     not_found!(s.append_event(nc, &delta(nr, 0)), ConversationNotFound, nc);
     not_found!(s.events_since(nc, 0, 10), ConversationNotFound, nc);
     not_found!(s.message(nm), MessageNotFound, nm);
@@ -392,6 +402,7 @@ pub async fn unknown_ids_are_not_found(db: Db) {
     not_found!(s.update(&ghost), MessageNotFound, ghost.id);
     not_found!(s.run(nr), RunNotFound, nr);
     not_found!(s.finish_run(nr, StopReason::EndTurn, None), RunNotFound, nr);
+    not_found!(s.interrupt_run(nr), RunNotFound, nr);
     // A known conversation without events is simply empty.
     assert_eq!(s.events_since(c.id, 0, 10).await.unwrap(), vec![]);
     assert_eq!(s.total_cost(c.id).await.unwrap(), 0.0);
@@ -494,13 +505,18 @@ pub async fn total_cost_and_list(db: Db) {
 pub async fn runs_and_interrupted_runs(db: Db) {
     let s = &db.store;
     let c = s.create_conversation("sys", None).await.unwrap();
+    let owner = s
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
     let (done, failed, hung1, hung2) = (RunId::new(), RunId::new(), RunId::new(), RunId::new());
     for id in [done, failed, hung1, hung2] {
-        s.start_run(id, c.id).await.unwrap();
+        s.start_run(id, c.id, owner.id).await.unwrap();
     }
     let running = s.run(hung1).await.unwrap();
     assert_eq!((running.id, running.conversation_id), (hung1, c.id));
     assert_eq!((running.stop_reason, running.finished_at), (None, None));
+    assert_eq!(running.owner, Some(owner.id));
 
     s.finish_run(done, StopReason::EndTurn, None).await.unwrap();
     s.finish_run(failed, StopReason::LlmApiError, Some("HTTP 500"))
@@ -513,16 +529,22 @@ pub async fn runs_and_interrupted_runs(db: Db) {
 
     // A restart: a new store on the same database finds the hung runs.
     let restarted = db.reopen().await;
-    let interrupted = restarted.interrupt_unfinished_runs().await.unwrap();
+    let unfinished = restarted.unfinished_runs().await.unwrap();
     assert_eq!(
-        interrupted.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        unfinished.iter().map(|u| u.run.id).collect::<BTreeSet<_>>(),
         BTreeSet::from([hung1, hung2])
     );
-    for r in &interrupted {
+    for u in &unfinished {
+        assert!(restarted.interrupt_run(u.run.id).await.unwrap());
+        let r = restarted.run(u.run.id).await.unwrap();
         assert_eq!(r.stop_reason, Some(StopReason::Interrupted));
         assert!(r.finished_at.is_some());
-        assert_eq!(&restarted.run(r.id).await.unwrap(), r);
+        assert_eq!((r.started_at, r.owner), (u.run.started_at, Some(owner.id)));
+        // Already interrupted: nothing to do, nothing to report.
+        assert!(!restarted.interrupt_run(u.run.id).await.unwrap());
     }
+    // A finished run is left as it ended.
+    assert!(!restarted.interrupt_run(done).await.unwrap());
     assert_eq!(
         s.run(done).await.unwrap().stop_reason,
         Some(StopReason::EndTurn)
@@ -531,7 +553,154 @@ pub async fn runs_and_interrupted_runs(db: Db) {
         s.run(failed).await.unwrap().error.as_deref(),
         Some("HTTP 500")
     );
-    assert_eq!(restarted.interrupt_unfinished_runs().await.unwrap(), vec![]);
+    assert_eq!(restarted.unfinished_runs().await.unwrap(), vec![]);
+}
+
+pub async fn unfinished_runs_come_with_their_owners(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let a = s
+        .register_instance(InstanceId::new(), "host-a", 101)
+        .await
+        .unwrap();
+    let b = s
+        .register_instance(InstanceId::new(), "host-b", 4_000_000)
+        .await
+        .unwrap();
+    assert_eq!((a.host.as_str(), a.pid), ("host-a", 101));
+    assert_eq!(a.started_at, a.heartbeat_at);
+    let legacy_owner = s
+        .register_instance(InstanceId::new(), "legacy", 1)
+        .await
+        .unwrap();
+    let lost_owner = s
+        .register_instance(InstanceId::new(), "lost", 1)
+        .await
+        .unwrap();
+    let [ra, rb, legacy, lost, done] = std::array::from_fn(|_| RunId::new());
+    for (run, owner) in [
+        (ra, a.id),
+        (rb, b.id),
+        (legacy, legacy_owner.id),
+        (lost, lost_owner.id),
+        (done, b.id),
+    ] {
+        s.start_run(run, c.id, owner).await.unwrap();
+    }
+    s.finish_run(done, StopReason::EndTurn, None).await.unwrap();
+    // A run stored before runs had owners, and one whose owner's record is
+    // gone.
+    db.execute(
+        "UPDATE runs SET owner = NULL \
+         WHERE owner IN (SELECT id FROM instances WHERE host = 'legacy')",
+    )
+    .await;
+    db.execute("DELETE FROM instances WHERE host = 'lost'")
+        .await;
+
+    let unfinished = s.unfinished_runs().await.unwrap();
+    assert_eq!(
+        unfinished.iter().map(|u| u.run.id).collect::<Vec<_>>(),
+        [ra, rb, legacy, lost],
+        "oldest first, finished runs left out"
+    );
+    assert_eq!(unfinished[0].owner.as_ref(), Some(&a));
+    assert_eq!(unfinished[1].owner.as_ref(), Some(&b));
+    assert_eq!(unfinished[0].run, s.run(ra).await.unwrap());
+    assert_eq!(
+        (unfinished[2].run.owner, &unfinished[2].owner),
+        (None, &None)
+    );
+    assert_eq!(
+        (unfinished[3].run.owner, &unfinished[3].owner),
+        (Some(lost_owner.id), &None)
+    );
+}
+
+/// Two instances starting at once both find the same orphaned runs: each
+/// run is interrupted (and so reported) by exactly one of them.
+pub async fn concurrent_interrupts_report_a_run_once(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let gone = s
+        .register_instance(InstanceId::new(), "host", 7)
+        .await
+        .unwrap();
+    let runs: Vec<RunId> = (0..20).map(|_| RunId::new()).collect();
+    for &run in &runs {
+        s.start_run(run, c.id, gone.id).await.unwrap();
+    }
+    let stores = [db.reopen().await, db.reopen().await];
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in stores {
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            for run in runs {
+                if store.interrupt_run(run).await.unwrap() {
+                    mine.push(run);
+                }
+            }
+            mine
+        });
+    }
+    let mut reported = Vec::new();
+    while let Some(mine) = tasks.join_next().await {
+        reported.extend(mine.unwrap());
+    }
+    reported.sort();
+    assert_eq!(reported, runs);
+    assert_eq!(s.unfinished_runs().await.unwrap(), vec![]);
+}
+
+pub async fn instances_register_beat_and_are_forgotten(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let (busy, idle, fresh) = (InstanceId::new(), InstanceId::new(), InstanceId::new());
+    let first = s.register_instance(busy, "host", 1).await.unwrap();
+    s.register_instance(idle, "host", 2).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    s.heartbeat_instance(busy).await.unwrap();
+    let run = RunId::new();
+    s.start_run(run, c.id, busy).await.unwrap();
+    let owner = s.unfinished_runs().await.unwrap()[0].owner.clone().unwrap();
+    assert_eq!((owner.started_at, owner.pid), (first.started_at, 1));
+    assert!(owner.heartbeat_at > first.heartbeat_at);
+
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let cutoff = now();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    s.register_instance(fresh, "host", 3).await.unwrap();
+    // Silent before the cutoff: `idle` goes; `busy` stays while it owns an
+    // unfinished run; `fresh` was heard from after it.
+    assert_eq!(s.forget_instances(cutoff).await.unwrap(), 1);
+    let err = s.heartbeat_instance(idle).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::InstanceNotFound(id) if id == idle),
+        "{err:?}"
+    );
+    s.heartbeat_instance(fresh).await.unwrap();
+
+    s.finish_run(run, StopReason::EndTurn, None).await.unwrap();
+    assert_eq!(s.forget_instances(cutoff).await.unwrap(), 1);
+    assert_eq!(
+        s.run(run).await.unwrap().owner,
+        Some(busy),
+        "the finished run keeps its owner's id"
+    );
+    assert!(matches!(
+        s.heartbeat_instance(busy).await.unwrap_err(),
+        StoreError::InstanceNotFound(_)
+    ));
+
+    // A forgotten instance that comes back registers under its id again,
+    // and a second registration keeps the first start.
+    let again = s.register_instance(busy, "host", 1).await.unwrap();
+    assert!(again.started_at > first.started_at);
+    s.heartbeat_instance(busy).await.unwrap();
+    let twice = s.register_instance(busy, "host", 1).await.unwrap();
+    assert_eq!(twice.started_at, again.started_at);
+    assert!(twice.heartbeat_at >= again.heartbeat_at);
 }
 
 pub async fn events_are_numbered_and_paged(db: Db) {
@@ -655,7 +824,12 @@ pub async fn data_survives_reopening(db: Db) {
     db.store.append(&u1).await.unwrap();
     db.store.append(&a1).await.unwrap();
     let run = RunId::new();
-    db.store.start_run(run, c.id).await.unwrap();
+    let me = db
+        .store
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
+    db.store.start_run(run, c.id, me.id).await.unwrap();
     db.store
         .finish_run(run, StopReason::EndTurn, None)
         .await
@@ -763,4 +937,51 @@ pub async fn concurrent_siblings_keep_their_paths(db: Db) {
         assert_eq!(ids(&path)[2..], line[..]);
     }
     assert_eq!(db.store.children(u.id).await.unwrap().len(), TASKS);
+}
+
+pub async fn documents_are_kept_by_kind(db: Db) {
+    let store = &db.store;
+    let a = serde_json::json!({"name": "a", "nested": {"list": [1, 2.5, "x"], "none": null}});
+    store.put_document("agent", "a1", &a).await.unwrap();
+    store
+        .put_document("agent", "a2", &serde_json::json!({"name": "b"}))
+        .await
+        .unwrap();
+    store
+        .put_document("tool", "a1", &serde_json::json!("same id, other kind"))
+        .await
+        .unwrap();
+    let got = store.document("agent", "a1").await.unwrap().unwrap();
+    assert_eq!(got.body, a);
+    assert_eq!((got.kind.as_str(), got.id.as_str()), ("agent", "a1"));
+    assert_eq!(got.created_at, got.updated_at);
+    let listed = store.documents("agent").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["a1", "a2"],
+        "oldest first, only this kind"
+    );
+
+    // Replacing keeps the creation time.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    let replaced = serde_json::json!({"name": "a, renamed"});
+    store.put_document("agent", "a1", &replaced).await.unwrap();
+    let got = db
+        .reopen()
+        .await
+        .document("agent", "a1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.body, replaced);
+    assert!(got.updated_at > got.created_at);
+    assert_eq!(store.documents("agent").await.unwrap().len(), 2);
+
+    assert!(store.delete_document("agent", "a1").await.unwrap());
+    assert!(!store.delete_document("agent", "a1").await.unwrap());
+    assert_eq!(store.document("agent", "a1").await.unwrap(), None);
+    assert_eq!(
+        store.document("tool", "a1").await.unwrap().unwrap().body,
+        serde_json::json!("same id, other kind")
+    );
 }

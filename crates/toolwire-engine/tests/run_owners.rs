@@ -1,0 +1,300 @@
+//! Run ownership: engines sharing one database (here one SQLite file, each
+//! engine on its own store, as two processes would be) leave each other's
+//! turns alone, and an engine starting up interrupts only the turns whose
+//! owner is gone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+use toolwire_core::{AgentEvent, ConversationId, InstanceId, RunId, StopReason};
+use toolwire_engine::provider::{Script, ScriptedProvider};
+use toolwire_engine::{Engine, EngineConfig};
+use toolwire_store::Store;
+
+fn script(yaml: &str) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
+}
+
+const SLOW_CALL_THEN_ANSWER: &str = r#"
+steps:
+  - text: "Working."
+    tool_calls:
+      - {name: slow, arguments: {n: 1}}
+  - text: "All done."
+"#;
+
+/// A store on the file at `url`, of its own (as another process's).
+async fn open(url: &str) -> Arc<dyn Store> {
+    toolwire_store::open(url).await.unwrap()
+}
+
+async fn start(store: Arc<dyn Store>, config: EngineConfig) -> Engine {
+    Engine::start(
+        store,
+        script("steps:\n  - text: hi\n"),
+        echo_tools(&[], Duration::ZERO),
+        config,
+    )
+    .await
+    .unwrap()
+}
+
+/// The stop events of a conversation: run and reason.
+async fn stops(store: &dyn Store, conversation: ConversationId) -> Vec<(RunId, StopReason)> {
+    store
+        .events_since(conversation, 0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            AgentEvent::Stopped { run_id, reason, .. } => Some((run_id, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pid of a process that has exited (and been reaped).
+fn exited_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// A process that stays alive until killed.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn spawn() -> Sleeper {
+        Sleeper(
+            std::process::Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_of_another_engine_is_left_alone_and_ends_normally() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    let a = Engine::start(
+        open(&url).await,
+        script(SLOW_CALL_THEN_ANSWER),
+        echo_tools(&["slow"], Duration::from_secs(2)),
+        EngineConfig::default(),
+    )
+    .await
+    .unwrap();
+    let conv = a.create_conversation(None).await.unwrap();
+    let mut events = a.subscribe(conv.id);
+    let handle = a.send(conv.id, "go", None).await.unwrap();
+    loop {
+        let e = events.recv().await.unwrap();
+        if type_of(&e.event) == "tool_execution_started" {
+            break;
+        }
+    }
+
+    // A second engine starts on the same file while the tool runs.
+    let b_store = open(&url).await;
+    let b = start(b_store.clone(), EngineConfig::default()).await;
+    assert_ne!(b.instance().id, a.instance().id);
+    let run = b_store.run(handle.run_id).await.unwrap();
+    assert_eq!(
+        run.stop_reason, None,
+        "the running turn was not interrupted"
+    );
+    assert_eq!(run.owner, Some(a.instance().id));
+    assert_eq!(stops(b_store.as_ref(), conv.id).await, vec![]);
+
+    let outcome = tokio::time::timeout(Duration::from_secs(30), handle.wait())
+        .await
+        .unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+    assert_eq!(
+        outcome.final_message.map(|m| m.text()).as_deref(),
+        Some("All done.")
+    );
+    assert_eq!(
+        stops(b_store.as_ref(), conv.id).await,
+        vec![(outcome.run_id, StopReason::EndTurn)],
+        "one stop, the real one"
+    );
+    assert_eq!(
+        b_store.run(outcome.run_id).await.unwrap().stop_reason,
+        Some(StopReason::EndTurn)
+    );
+}
+
+/// Runs owned by instances this test registers by hand, standing for other
+/// processes: only those whose owner is gone are interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_runs_whose_owner_is_gone_are_interrupted() {
+    let (store, _dir) = sqlite_store().await;
+    // An engine of this process, to know how it names this host.
+    let first = start(store.clone(), EngineConfig::default()).await;
+    let host = first.instance().host.clone();
+    let conv = first.create_conversation(None).await.unwrap();
+    drop(first);
+
+    let owned_by = |host: String, pid: u32| {
+        let store = store.clone();
+        async move {
+            let owner = store
+                .register_instance(InstanceId::new(), &host, pid)
+                .await
+                .unwrap();
+            let run = RunId::new();
+            store.start_run(run, conv.id, owner.id).await.unwrap();
+            run
+        }
+    };
+    // Silent for longer than the threshold used below, on another host.
+    let silent_elsewhere = owned_by("elsewhere".into(), 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let exited = owned_by(host.clone(), exited_pid()).await;
+    let sleeper = Sleeper::spawn();
+    let alive_here = owned_by(host.clone(), sleeper.0.id()).await;
+    let alive_elsewhere = owned_by("elsewhere".into(), exited_pid()).await;
+
+    let config = EngineConfig {
+        stale_owner_after: Duration::from_secs(1),
+        ..EngineConfig::default()
+    };
+    let engine = start(store.clone(), config).await;
+    let reason = |run| {
+        let store = store.clone();
+        async move { store.run(run).await.unwrap().stop_reason }
+    };
+    assert_eq!(reason(exited).await, Some(StopReason::Interrupted));
+    assert_eq!(
+        reason(silent_elsewhere).await,
+        Some(StopReason::Interrupted)
+    );
+    assert_eq!(reason(alive_here).await, None, "its process is alive");
+    assert_eq!(
+        reason(alive_elsewhere).await,
+        None,
+        "its heartbeat is fresh; a pid of another host means nothing here"
+    );
+    let mut stopped = stops(store.as_ref(), conv.id).await;
+    stopped.sort_by_key(|(run, _)| *run);
+    let mut expected = vec![
+        (silent_elsewhere, StopReason::Interrupted),
+        (exited, StopReason::Interrupted),
+    ];
+    expected.sort_by_key(|(run, _)| *run);
+    assert_eq!(stopped, expected);
+    let explanation = engine
+        .events_since(conv.id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            AgentEvent::Stopped {
+                run_id,
+                error: Some(error),
+                ..
+            } if run_id == exited => Some(error),
+            _ => None,
+        });
+    assert_eq!(
+        explanation.as_deref(),
+        Some("the process running this turn exited during it")
+    );
+}
+
+/// Two engines starting at once on an orphaned run: it is interrupted, and
+/// reported, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn engines_starting_together_report_an_orphan_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    let store = open(&url).await;
+    let conv = store.create_conversation("sys", None).await.unwrap();
+    let gone = store
+        .register_instance(InstanceId::new(), "elsewhere", 1)
+        .await
+        .unwrap();
+    let runs: Vec<RunId> = (0..10).map(|_| RunId::new()).collect();
+    for &run in &runs {
+        store.start_run(run, conv.id, gone.id).await.unwrap();
+    }
+    let config = EngineConfig {
+        stale_owner_after: Duration::ZERO,
+        ..EngineConfig::default()
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (b, c) = tokio::join!(
+        start(open(&url).await, config.clone()),
+        start(open(&url).await, config),
+    );
+    let mut stopped = stops(store.as_ref(), conv.id).await;
+    stopped.sort_by_key(|(run, _)| *run);
+    let expected: Vec<_> = runs
+        .iter()
+        .map(|&run| (run, StopReason::Interrupted))
+        .collect();
+    assert_eq!(stopped, expected);
+    drop((b, c));
+}
+
+/// The heartbeat goes on while the engine lives, and stops with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_heartbeat_stops_with_the_engine() {
+    let (store, _dir) = sqlite_store().await;
+    let config = EngineConfig {
+        heartbeat_interval: Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    let engine = start(store.clone(), config).await;
+    let clone = engine.clone();
+    let conv = engine.create_conversation(None).await.unwrap();
+    // A run of the engine's, to read its owner's record through.
+    store
+        .start_run(RunId::new(), conv.id, engine.instance().id)
+        .await
+        .unwrap();
+    let heartbeat = || {
+        let store = store.clone();
+        async move {
+            store.unfinished_runs().await.unwrap()[0]
+                .owner
+                .clone()
+                .expect("the owner is known")
+                .heartbeat_at
+        }
+    };
+    let registered = engine.instance().heartbeat_at;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let beaten = heartbeat().await;
+    assert!(beaten > registered, "the heartbeat goes on");
+
+    drop(engine);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(heartbeat().await > beaten, "a clone keeps the engine alive");
+
+    drop(clone);
+    // A beat in flight when the engine went may still land.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let last = heartbeat().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        heartbeat().await,
+        last,
+        "no heartbeat after the engine is gone"
+    );
+}
