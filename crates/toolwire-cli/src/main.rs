@@ -4,8 +4,8 @@
 mod chat;
 mod config;
 mod exec;
-mod follow;
 mod render;
+mod serve;
 mod stream_decode;
 
 use std::process::ExitCode;
@@ -24,6 +24,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the HTTP API: Letta-compatible agents, tools and messages
+    /// (JSON and SSE), with human approval and client-side tools.
+    Serve(serve::ServeArgs),
     /// Run one turn without a UI: the answer on stdout, tool activity on
     /// stderr (or every event as JSON lines with --json). Exits 0 when the
     /// model gave its final answer.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Command::Serve(args) => runtime().and_then(|rt| rt.block_on(serve::run(&args))),
         Command::Exec(args) => runtime().and_then(|rt| rt.block_on(exec::run(&args))),
         Command::Chat(args) => runtime().and_then(|rt| rt.block_on(chat::run(&args))),
         Command::Stream(StreamCommand::Decode(args)) => {

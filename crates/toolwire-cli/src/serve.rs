@@ -1,0 +1,78 @@
+//! `toolwire serve`: the HTTP server — the Letta-compatible API — on the
+//! engine, until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use toolwire_server::{AppState, ServerSettings};
+
+use crate::config::EngineArgs;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Without API keys (api_keys in the config, or
+    /// TOOLWIRE_API_KEYS) only a loopback address is allowed.
+    #[arg(
+        long,
+        env = "TOOLWIRE_ADDR",
+        default_value = "127.0.0.1:8283",
+        value_name = "ADDR"
+    )]
+    addr: SocketAddr,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
+    let settings = args.engine.resolve()?;
+    let server = ServerSettings {
+        api_keys: settings.api_keys.clone(),
+        python: settings.python.clone(),
+        ..ServerSettings::default()
+    };
+    // Refused before the engine starts, so a bad address costs nothing.
+    let listener = toolwire_server::bind(args.addr, &server).await?;
+    let engine = settings.engine().await?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "toolwire: serving on http://{addr} (model {}, database {})",
+        engine.model(),
+        settings.db
+    );
+    eprintln!(
+        "toolwire: Letta-compatible API at http://{addr}/v1, OpenAPI at http://{addr}/openapi.json"
+    );
+    if server.api_keys.is_empty() {
+        eprintln!("toolwire: no API keys configured: listening on loopback only");
+    }
+    let state = AppState::new(engine, server);
+    toolwire_server::serve(listener, state, shutdown_signal()).await?;
+    eprintln!("toolwire: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    eprintln!("toolwire: shutting down (running streams may finish)");
+}

@@ -1,0 +1,68 @@
+//! Bearer API keys. With keys configured every `/v1` request must carry
+//! one (`Authorization: Bearer KEY`); without, the server only listens on
+//! loopback, so nothing off the machine reaches it unchecked.
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub async fn require_key(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let keys = &state.settings.api_keys;
+    if keys.is_empty() {
+        return Ok(next.run(request).await);
+    }
+    let given = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match given {
+        Some(key)
+            if keys
+                .iter()
+                .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes())) =>
+        {
+            Ok(next.run(request).await)
+        }
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            "the API key is not valid",
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            "an API key is required: send `Authorization: Bearer KEY`",
+        )),
+    }
+}
+
+/// Compares without leaking, through timing, how much of a key matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn keys_compare_exactly() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}

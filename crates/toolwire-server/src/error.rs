@@ -1,0 +1,144 @@
+//! Errors as the API reports them: a status, a stable code and a message
+//! (also under `detail`, where Letta's own server puts it).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use toolwire_engine::EngineError;
+use toolwire_store::StoreError;
+
+/// An API error.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// More fields for the body (e.g. `pending_request_id`).
+    pub extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+    }
+
+    pub fn not_found(what: &str, id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("{what} {id} not found"),
+        )
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = self.status.as_u16(), code = self.code, message = %self.message, "request refused");
+        }
+        let mut body = json!({
+            "code": self.code,
+            "message": self.message,
+            "detail": self.message,
+        });
+        if let Value::Object(map) = &mut body {
+            map.extend(self.extra);
+        }
+        let mut response = (self.status, Json(body)).into_response();
+        // Letta's SDKs retry 409 and 5xx with the same body; a retried
+        // message would run a turn twice.
+        if self.status == StatusCode::CONFLICT || self.status.is_server_error() {
+            response.headers_mut().insert(
+                "x-should-retry",
+                axum::http::HeaderValue::from_static("false"),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::ConversationNotFound(id) => {
+                Self::not_found("conversation", &id.to_string())
+            }
+            StoreError::MessageNotFound(id) => Self::not_found("message", &id.to_string()),
+            StoreError::RunNotFound(id) => Self::not_found("run", &id.to_string()),
+            StoreError::BadParent { .. } | StoreError::Tree(_) => Self::bad_request(e.to_string()),
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Store(s) => s.into(),
+            EngineError::Tree(t) => Self::bad_request(t.to_string()),
+            EngineError::TurnInProgress(_) => Self::conflict("RUN_IN_PROGRESS", e.to_string()),
+            EngineError::ApprovalPending { message_id, .. } => Self::conflict(
+                "PENDING_APPROVAL",
+                "Cannot send a new message: The agent is waiting for approval on a tool call. \
+                 Please approve or deny the pending request before continuing.",
+            )
+            .with("pending_request_id", format!("message-{}", message_id.0)),
+            EngineError::NothingPending(_) => Self::bad_request(
+                "Cannot process approval response: No tool call is currently awaiting approval. \
+                 Please send a regular message to interact with the agent.",
+            ),
+            EngineError::ApprovalMismatch {
+                ref expected,
+                ref received,
+            } => {
+                let ids = |v: &[toolwire_core::ToolCallId]| {
+                    v.iter().map(|i| i.0.clone()).collect::<Vec<_>>()
+                };
+                Self::bad_request(format!(
+                    "Invalid tool call IDs. Expected '{:?}', but received '{:?}'. {e}",
+                    ids(expected),
+                    ids(received),
+                ))
+            }
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

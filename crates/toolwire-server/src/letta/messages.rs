@@ -1,0 +1,510 @@
+//! `/v1/agents/{id}/messages`: the history (the active branch), sending
+//! (JSON, or SSE as it happens), approval answers and client tool results,
+//! and cancel.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use toolwire_core::{Decision, ToolCallId, Usage};
+use toolwire_engine::tools::ToolSpec;
+use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Body, Query};
+use crate::letta::agents::{self, AgentRecord};
+use crate::letta::approvals;
+use crate::letta::page::{Order, PageQuery};
+use crate::letta::render::{self, LiveRenderer, RunEnd};
+use crate::letta::tools::{all_tools, registry};
+use crate::state::AppState;
+
+/// A tool the client runs, declared per request.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClientTool {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+/// The body of `POST …/messages` and `…/messages/stream`.
+#[derive(Debug, Default, Deserialize)]
+pub struct MessageRequest {
+    messages: Option<Vec<Value>>,
+    input: Option<Value>,
+    max_steps: Option<u32>,
+    client_tools: Option<Vec<ClientTool>>,
+    include_return_message_types: Option<Vec<String>>,
+    stream_tokens: Option<bool>,
+    include_pings: Option<bool>,
+    /// On `POST …/messages`: answer as an SSE stream.
+    streaming: Option<bool>,
+}
+
+/// What a request asks for, read from its messages.
+#[derive(Debug, Default)]
+struct Asked {
+    text: Vec<String>,
+    decisions: Vec<(ToolCallId, Decision)>,
+    /// Legacy approval: one answer for every waiting call.
+    approve_all: Option<(bool, Option<String>)>,
+}
+
+/// The text of a content value: a string, or a list of parts whose text
+/// parts count.
+fn content_text(content: &Value) -> Result<String, ApiError> {
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => Ok(parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")),
+        other => Err(ApiError::bad_request(format!(
+            "message content must be a string or a list of parts, not {other}"
+        ))),
+    }
+}
+
+fn tool_return_decision(item: &Value) -> Result<(ToolCallId, Decision), ApiError> {
+    let id = item
+        .get("tool_call_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("a tool return needs its tool_call_id"))?;
+    let content = match item.get("tool_return") {
+        Some(v) => content_text(v)?,
+        None => String::new(),
+    };
+    let is_error = item.get("status").and_then(Value::as_str) == Some("error");
+    Ok((
+        ToolCallId(id.to_owned()),
+        Decision::Result { content, is_error },
+    ))
+}
+
+fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
+    let mut asked = Asked::default();
+    match &req.input {
+        None => {}
+        Some(Value::String(s)) => asked.text.push(s.clone()),
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("tool_return") => {
+                        for r in part
+                            .get("tool_returns")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            asked.decisions.push(tool_return_decision(r)?);
+                        }
+                    }
+                    _ => asked
+                        .text
+                        .push(content_text(&Value::Array(vec![part.clone()]))?),
+                }
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "input must be a string or a list of parts, not {other}"
+            )));
+        }
+    }
+    for (i, m) in req.messages.iter().flatten().enumerate() {
+        match m.get("type").and_then(Value::as_str) {
+            Some("approval") => {
+                let approvals = m.get("approvals").and_then(Value::as_array);
+                for a in approvals.into_iter().flatten() {
+                    match a.get("type").and_then(Value::as_str) {
+                        Some("tool") => asked.decisions.push(tool_return_decision(a)?),
+                        _ => {
+                            let id =
+                                a.get("tool_call_id")
+                                    .and_then(Value::as_str)
+                                    .ok_or_else(|| {
+                                        ApiError::bad_request(format!(
+                                            "messages[{i}]: an approval needs its tool_call_id"
+                                        ))
+                                    })?;
+                            let approve = a.get("approve").and_then(Value::as_bool).ok_or_else(
+                                || ApiError::bad_request(format!("messages[{i}]: approval of {id} needs `approve` (true or false)")),
+                            )?;
+                            let reason = a.get("reason").and_then(Value::as_str).map(str::to_owned);
+                            asked.decisions.push((
+                                ToolCallId(id.to_owned()),
+                                if approve {
+                                    Decision::Approve
+                                } else {
+                                    Decision::Deny { reason }
+                                },
+                            ));
+                        }
+                    }
+                }
+                if approvals.is_none_or(|a| a.is_empty())
+                    && let Some(approve) = m.get("approve").and_then(Value::as_bool)
+                {
+                    let reason = m.get("reason").and_then(Value::as_str).map(str::to_owned);
+                    asked.approve_all = Some((approve, reason));
+                }
+            }
+            Some("tool_return") => {
+                for r in m
+                    .get("tool_returns")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    asked.decisions.push(tool_return_decision(r)?);
+                }
+            }
+            _ => {
+                let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+                if !matches!(role, "user" | "system") {
+                    return Err(ApiError::bad_request(format!(
+                        "messages[{i}]: role `{role}` cannot be sent; send user messages"
+                    )));
+                }
+                let content = m.get("content").ok_or_else(|| {
+                    ApiError::bad_request(format!("messages[{i}]: content is required"))
+                })?;
+                asked.text.push(content_text(content)?);
+            }
+        }
+    }
+    asked.text.retain(|t| !t.trim().is_empty());
+    Ok(asked)
+}
+
+/// The turn options of `agent` for this request.
+async fn options(
+    state: &AppState,
+    agent: &AgentRecord,
+    req: &MessageRequest,
+) -> ApiResult<TurnOptions> {
+    let all = all_tools(state).await?;
+    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
+    let client_tools = req
+        .client_tools
+        .iter()
+        .flatten()
+        .map(|c| ToolSpec {
+            name: c.name.clone(),
+            server: None,
+            description: c.description.clone().unwrap_or_default(),
+            parameters: c
+                .parameters
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            read_only: false,
+        })
+        .collect();
+    Ok(TurnOptions {
+        max_steps: req.max_steps,
+        tools: Some(registry(state, &tools).await),
+        client_tools,
+        require_approval: agent.approval_set(&all),
+        client_id: None,
+    })
+}
+
+/// A started (or already answered) run, with what renders it.
+struct Started {
+    handle: Option<TurnHandle>,
+    follower: Follower,
+    renderer: Option<LiveRenderer>,
+    include: Option<HashSet<String>>,
+}
+
+/// Starts what the request asks: answers to waiting calls (the turn goes
+/// on), else a new user message. Errors come back before any byte of the
+/// response, with their HTTP status.
+async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiResult<Started> {
+    let _agent_lock = state.lock(agent_id).await;
+    let agent = agents::load(state, agent_id).await?;
+    let conversation = agent.conversation_id;
+    let mut asked = read_request(req)?;
+    let options = options(state, &agent, req).await?;
+    let mut gated: HashSet<String> = options.require_approval.clone();
+    gated.extend(options.client_tools.iter().map(|c| c.name.clone()));
+    // Subscribed before the turn starts, so that nothing is missed.
+    let follower = state.engine.follow(conversation);
+    if let Some((approve, reason)) = asked.approve_all.take() {
+        let pending = state
+            .engine
+            .pending_approval(conversation)
+            .await?
+            .ok_or(toolwire_engine::EngineError::NothingPending(conversation))?;
+        for call in pending.waiting() {
+            let decision = if approve {
+                Decision::Approve
+            } else {
+                Decision::Deny {
+                    reason: reason.clone(),
+                }
+            };
+            asked.decisions.push((call.call.id.clone(), decision));
+        }
+    }
+    let then = (!asked.text.is_empty()).then(|| asked.text.join("\n\n"));
+    let handle = if !asked.decisions.is_empty() {
+        match state
+            .engine
+            .respond(conversation, asked.decisions, then, options)
+            .await?
+        {
+            Responded::Started(handle) => Some(handle),
+            Responded::AlreadyApplied => None,
+        }
+    } else if let Some(text) = then {
+        Some(
+            state
+                .engine
+                .send_with(conversation, &text, None, options)
+                .await?,
+        )
+    } else {
+        return Err(ApiError::bad_request(
+            "nothing to send: give `messages` (or `input`) with a user message or an approval",
+        ));
+    };
+    let renderer = handle
+        .as_ref()
+        .map(|h| LiveRenderer::new(h.run_id, req.stream_tokens.unwrap_or(false), gated));
+    Ok(Started {
+        handle,
+        follower,
+        renderer,
+        include: req
+            .include_return_message_types
+            .as_ref()
+            .map(|t| t.iter().cloned().collect()),
+    })
+}
+
+/// Runs the started run to its end, sending each Letta message to `tx`
+/// (which may close early: the run goes on without a listener). Pings go
+/// out every `ping` while nothing else does.
+async fn pump(
+    state: AppState,
+    agent_id: String,
+    started: Started,
+    tx: mpsc::Sender<Value>,
+    ping: Option<Duration>,
+) {
+    let Started {
+        handle,
+        mut follower,
+        renderer,
+        include,
+    } = started;
+    let (Some(handle), Some(mut renderer)) = (handle, renderer) else {
+        // Applied before: nothing runs.
+        let end = RunEnd {
+            reason: toolwire_core::StopReason::EndTurn,
+            error: None,
+        };
+        let _ = tx.send(json!({"message_type": "stop_reason", "stop_reason": render::stop_reason(end.reason)})).await;
+        return;
+    };
+    let wanted = |m: &Value| {
+        let kind = m.get("message_type").and_then(Value::as_str).unwrap_or("");
+        matches!(
+            kind,
+            "stop_reason" | "usage_statistics" | "error_message" | "ping"
+        ) || include.as_ref().is_none_or(|i| i.contains(kind))
+    };
+    let mut end: Option<RunEnd> = None;
+    while end.is_none() {
+        let next = match ping {
+            Some(every) => match tokio::time::timeout(every, follower.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let ping = json!({"message_type": "ping", "id": format!("ping-{}", uuid::Uuid::now_v7()), "date": chrono::Utc::now()});
+                    if tx.send(ping).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            },
+            None => follower.next().await,
+        };
+        let batch = match next {
+            Ok(Some(batch)) => batch,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "lost the run's events");
+                end = Some(RunEnd {
+                    reason: toolwire_core::StopReason::Error,
+                    error: Some(format!("the run's events could not be read: {e}")),
+                });
+                break;
+            }
+        };
+        for stored in batch {
+            let (messages, stop) = renderer.render(&stored.event);
+            for m in messages.into_iter().filter(|m| wanted(m)) {
+                // A closed channel: the client left; the run goes on.
+                let _ = tx.send(m).await;
+            }
+            if stop.is_some() {
+                end = stop;
+                break;
+            }
+        }
+    }
+    let outcome = handle.wait().await;
+    let end = end.unwrap_or(RunEnd {
+        reason: outcome.reason,
+        error: outcome.error.clone(),
+    });
+    if end.reason == toolwire_core::StopReason::RequiresApproval {
+        approvals::arm_timeout(&state, &agent_id);
+    }
+    for m in renderer.closing(&end, outcome.usage) {
+        let _ = tx.send(m).await;
+    }
+    let _: Usage = outcome.usage;
+}
+
+/// `POST /v1/agents/{id}/messages`.
+pub async fn create(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRequest>,
+) -> ApiResult<Response> {
+    if req.streaming.unwrap_or(false) {
+        return stream_response(state, id, req).await;
+    }
+    let started = start(&state, &id, &req).await?;
+    let (tx, mut rx) = mpsc::channel(1024);
+    let pump = tokio::spawn(pump(state, id, started, tx, None));
+    let mut messages = Vec::new();
+    let mut stop = json!({"message_type": "stop_reason", "stop_reason": "end_turn"});
+    let mut usage = json!({"message_type": "usage_statistics"});
+    while let Some(m) = rx.recv().await {
+        match m.get("message_type").and_then(Value::as_str) {
+            Some("stop_reason") => stop = m,
+            Some("usage_statistics") => usage = m,
+            _ => messages.push(m),
+        }
+    }
+    if let Err(e) = pump.await {
+        return Err(ApiError::internal(format!(
+            "the run's response failed: {e}"
+        )));
+    }
+    Ok(Json(json!({"messages": messages, "stop_reason": stop, "usage": usage})).into_response())
+}
+
+/// `POST /v1/agents/{id}/messages/stream`.
+pub async fn stream(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRequest>,
+) -> ApiResult<Response> {
+    stream_response(state, id, req).await
+}
+
+async fn stream_response(state: AppState, id: String, req: MessageRequest) -> ApiResult<Response> {
+    let started = start(&state, &id, &req).await?;
+    let ping = req
+        .include_pings
+        .unwrap_or(false)
+        .then_some(state.settings.ping_interval);
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(pump(state, id, started, tx, ping));
+    Ok(Sse::new(sse_events(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Each message as one `data:` event, then `[DONE]`.
+fn sse_events(rx: mpsc::Receiver<Value>) -> impl Stream<Item = Result<Event, Infallible>> {
+    let messages = futures::stream::unfold(rx, |mut rx| async move {
+        let m = rx.recv().await?;
+        Some((Ok(Event::default().data(m.to_string())), rx))
+    });
+    futures::StreamExt::chain(
+        messages,
+        futures::stream::once(async { Ok(Event::default().data("[DONE]")) }),
+    )
+}
+
+/// `GET /v1/agents/{id}/messages`: the active branch, newest first by
+/// default (as Letta).
+pub async fn list(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<PageQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let agent = agents::load(&state, &id).await?;
+    let conversation = state.store().conversation(agent.conversation_id).await?;
+    let path = state.store().path_to(conversation.active_leaf).await?;
+    let pending = state.engine.pending_approval(agent.conversation_id).await?;
+    let waiting = render::waiting_ids(pending.as_ref());
+    let all: Vec<Value> = path
+        .iter()
+        .flat_map(|m| render::history(m, &waiting))
+        .collect();
+    let page = query.page(
+        all,
+        |m| m.get("id").and_then(Value::as_str).unwrap_or(""),
+        // Letta's default: newest first.
+        Order::Desc,
+        100,
+    )?;
+    Ok(Json(page))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CancelRequest {
+    #[serde(default)]
+    run_ids: Option<Vec<String>>,
+}
+
+/// `POST /v1/agents/{id}/messages/cancel`: stops the running turn, and
+/// ends a pause (its calls answered as not run), so that an agent never
+/// stays stuck.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<CancelRequest>,
+) -> ApiResult<Json<Value>> {
+    let _ = body.run_ids;
+    let agent = agents::load(&state, &id).await?;
+    let conversation = agent.conversation_id;
+    let running = state.engine.cancel(conversation);
+    let cleared = match state
+        .engine
+        .abandon_pending(conversation, "the user cancelled")
+        .await
+    {
+        Ok(Some(handle)) => {
+            handle.wait().await;
+            true
+        }
+        Ok(None) => false,
+        // A turn is running: the cancel above stops it.
+        Err(toolwire_engine::EngineError::TurnInProgress(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(agent = %id, running, cleared, "cancel");
+    Ok(Json(json!({
+        "status": if running || cleared { "cancelled" } else { "nothing_to_cancel" },
+        "cancelled_run": running,
+        "cleared_approval": cleared,
+    })))
+}

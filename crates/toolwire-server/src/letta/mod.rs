@@ -1,0 +1,46 @@
+//! The Letta-compatible API: tools, agents and their messages.
+
+pub mod agents;
+pub mod approvals;
+pub mod ids;
+pub mod messages;
+pub mod page;
+pub mod render;
+pub mod tools;
+
+use axum::Router;
+use axum::routing::{get, patch, post};
+
+use crate::state::AppState;
+
+/// The `/v1` routes Letta's SDKs call.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/tools",
+            get(tools::list).post(tools::create).put(tools::upsert),
+        )
+        .route(
+            "/v1/tools/{id}",
+            get(tools::retrieve)
+                .patch(tools::update)
+                .delete(tools::delete),
+        )
+        .route("/v1/agents", get(agents::list).post(agents::create))
+        .route(
+            "/v1/agents/{id}",
+            get(agents::retrieve)
+                .patch(agents::update)
+                .delete(agents::delete),
+        )
+        .route(
+            "/v1/agents/{id}/tools/approval/{tool_name}",
+            patch(agents::set_approval),
+        )
+        .route(
+            "/v1/agents/{id}/messages",
+            get(messages::list).post(messages::create),
+        )
+        .route("/v1/agents/{id}/messages/stream", post(messages::stream))
+        .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
+}

@@ -1,0 +1,449 @@
+//! toolwire's messages and events as Letta messages: the JSON objects,
+//! discriminated by `message_type`, that Letta's list endpoint, responses
+//! and streams carry. The only place that knows their shape.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use toolwire_core::{
+    AgentEvent, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval, Role,
+    RunId, StopReason, ToolCall, Usage,
+};
+
+use crate::letta::ids::message_id;
+
+/// Letta's name for a stop reason.
+pub fn stop_reason(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::EndTurn => "end_turn",
+        StopReason::MaxSteps => "max_steps",
+        StopReason::Cancelled => "cancelled",
+        StopReason::LlmApiError => "llm_api_error",
+        StopReason::RequiresApproval => "requires_approval",
+        StopReason::Error | StopReason::Interrupted => "error",
+    }
+}
+
+pub fn run_id(id: RunId) -> String {
+    format!("run-{}", id.0)
+}
+
+fn base(kind: &str, id: MessageId, date: DateTime<Utc>, run: Option<RunId>) -> Value {
+    json!({
+        "id": message_id(id),
+        "date": date,
+        "message_type": kind,
+        "run_id": run.map(run_id),
+    })
+}
+
+fn with(mut value: Value, fields: Value) -> Value {
+    if let (Value::Object(v), Value::Object(f)) = (&mut value, fields) {
+        v.extend(f);
+    }
+    value
+}
+
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        // A call whose arguments never parsed keeps their raw text.
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn tool_call_json(call: &ToolCall) -> Value {
+    json!({
+        "tool_call_id": call.id.0,
+        "name": call.name,
+        "arguments": arguments_text(&call.arguments),
+    })
+}
+
+/// A `tool_call_message`, or an `approval_request_message` for calls that
+/// wait, over `calls` (all of one kind) of message `id`.
+fn calls_message(
+    kind: &str,
+    id: MessageId,
+    date: DateTime<Utc>,
+    run: Option<RunId>,
+    calls: &[&ToolCall],
+) -> Option<Value> {
+    let first = calls.first()?;
+    let all: Vec<Value> = calls.iter().map(|c| tool_call_json(c)).collect();
+    Some(with(
+        base(kind, id, date, run),
+        json!({"tool_call": tool_call_json(first), "tool_calls": all}),
+    ))
+}
+
+/// The Letta messages of stored message `m`. Calls listed in `waiting`
+/// (the open approval's) become an `approval_request_message`.
+pub fn history(m: &Message, waiting: &HashSet<String>) -> Vec<Value> {
+    let (id, date) = (m.id, m.created_at);
+    let mut out = Vec::new();
+    match m.role {
+        Role::System => out.push(with(
+            base("system_message", id, date, None),
+            json!({"content": m.text()}),
+        )),
+        Role::User => out.push(with(
+            base("user_message", id, date, None),
+            json!({"content": m.text()}),
+        )),
+        Role::Assistant => {
+            for block in &m.content {
+                match block {
+                    ContentBlock::Reasoning { text } => out.push(with(
+                        base("reasoning_message", id, date, None),
+                        json!({"reasoning": text, "source": "reasoner_model"}),
+                    )),
+                    ContentBlock::Text { text } => out.push(with(
+                        base("assistant_message", id, date, None),
+                        json!({"content": text}),
+                    )),
+                    _ => {}
+                }
+            }
+            let mut run_now = Vec::new();
+            let mut wait = Vec::new();
+            let owned: Vec<ToolCall> = m
+                .tool_uses()
+                .map(|(id, server, name, arguments)| ToolCall {
+                    id: id.clone(),
+                    server: server.map(str::to_owned),
+                    name: name.to_owned(),
+                    arguments: arguments.clone(),
+                })
+                .collect();
+            for call in &owned {
+                if waiting.contains(&call.id.0) {
+                    wait.push(call);
+                } else {
+                    run_now.push(call);
+                }
+            }
+            out.extend(calls_message("tool_call_message", id, date, None, &run_now));
+            out.extend(calls_message(
+                "approval_request_message",
+                id,
+                date,
+                None,
+                &wait,
+            ));
+        }
+        Role::Tool => {
+            for block in &m.content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } = block
+                {
+                    out.push(tool_return(
+                        id,
+                        date,
+                        None,
+                        &tool_use_id.0,
+                        content,
+                        *is_error,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn tool_return(
+    id: MessageId,
+    date: DateTime<Utc>,
+    run: Option<RunId>,
+    call_id: &str,
+    content: &str,
+    is_error: bool,
+) -> Value {
+    let status = if is_error { "error" } else { "success" };
+    with(
+        base("tool_return_message", id, date, run),
+        json!({
+            "tool_call_id": call_id,
+            "tool_return": content,
+            "status": status,
+            "stdout": null,
+            "stderr": null,
+            "tool_returns": [{
+                "tool_call_id": call_id,
+                "tool_return": content,
+                "status": status,
+                "type": "tool",
+            }],
+        }),
+    )
+}
+
+/// The ids of the calls that wait in `pending`.
+pub fn waiting_ids(pending: Option<&PendingApproval>) -> HashSet<String> {
+    pending
+        .map(|p| p.waiting().map(|c| c.call.id.0.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Turns one run's events into Letta messages as they come: whole
+/// messages per step, or with `stream_tokens` the pieces as they stream
+/// (each piece carries the id of the message it becomes).
+pub struct LiveRenderer {
+    run: RunId,
+    stream_tokens: bool,
+    /// Names of the tools whose calls wait (to name a streamed call's
+    /// message type the moment its name is known).
+    gated: HashSet<String>,
+    /// The message the current step writes.
+    step_message: Option<MessageId>,
+    /// Streamed calls: their message type.
+    call_kinds: HashMap<String, &'static str>,
+    steps: u32,
+    usage: Usage,
+}
+
+/// What a run came to, once its `stopped` event is rendered.
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    pub reason: StopReason,
+    pub error: Option<String>,
+}
+
+impl LiveRenderer {
+    pub fn new(run: RunId, stream_tokens: bool, gated: HashSet<String>) -> Self {
+        LiveRenderer {
+            run,
+            stream_tokens,
+            gated,
+            step_message: None,
+            call_kinds: HashMap::new(),
+            steps: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    fn now_base(&self, kind: &str, id: MessageId) -> Value {
+        base(kind, id, Utc::now(), Some(self.run))
+    }
+
+    /// The Letta messages for `event` (none for most), and the run's end
+    /// when `event` is its `stopped`.
+    pub fn render(&mut self, event: &AgentEvent) -> (Vec<Value>, Option<RunEnd>) {
+        if event.run_id() != self.run {
+            return (Vec::new(), None);
+        }
+        let mut out = Vec::new();
+        let run = Some(self.run);
+        match event {
+            AgentEvent::StepStarted { message_id, .. } => {
+                self.step_message = Some(*message_id);
+                self.steps += 1;
+            }
+            AgentEvent::ReasoningDelta { text, .. } if self.stream_tokens => {
+                if let Some(id) = self.step_message {
+                    out.push(with(
+                        self.now_base("reasoning_message", id),
+                        json!({"reasoning": text, "source": "reasoner_model"}),
+                    ));
+                }
+            }
+            AgentEvent::TextDelta { text, .. } if self.stream_tokens => {
+                if let Some(id) = self.step_message {
+                    out.push(with(
+                        self.now_base("assistant_message", id),
+                        json!({"content": text}),
+                    ));
+                }
+            }
+            AgentEvent::ToolCallStarted { call_id, name, .. } if self.stream_tokens => {
+                let kind = if self.gated.contains(name) {
+                    "approval_request_message"
+                } else {
+                    "tool_call_message"
+                };
+                self.call_kinds.insert(call_id.0.clone(), kind);
+                if let Some(id) = self.step_message {
+                    let delta = json!({"tool_call_id": call_id.0, "name": name, "arguments": ""});
+                    out.push(with(
+                        self.now_base(kind, id),
+                        json!({"tool_call": delta, "tool_calls": delta}),
+                    ));
+                }
+            }
+            AgentEvent::ArgumentsDelta {
+                call_id, fragment, ..
+            } if self.stream_tokens => {
+                let kind = self
+                    .call_kinds
+                    .get(&call_id.0)
+                    .copied()
+                    .unwrap_or("tool_call_message");
+                if let Some(id) = self.step_message {
+                    let delta = json!({"tool_call_id": call_id.0, "arguments": fragment});
+                    out.push(with(
+                        self.now_base(kind, id),
+                        json!({"tool_call": delta, "tool_calls": delta}),
+                    ));
+                }
+            }
+            AgentEvent::AssistantMessageCreated { message, .. } if !self.stream_tokens => {
+                // Prose and reasoning; the calls follow with the next event.
+                let mut text_only = message.clone();
+                text_only
+                    .content
+                    .retain(|b| !matches!(b, ContentBlock::ToolUse { .. }));
+                for mut m in history(&text_only, &HashSet::new()) {
+                    m["run_id"] = json!(run_id(self.run));
+                    out.push(m);
+                }
+            }
+            AgentEvent::ToolCallsGenerated {
+                message_id, calls, ..
+            } if !self.stream_tokens => {
+                let refs: Vec<&ToolCall> = calls.iter().collect();
+                out.extend(calls_message(
+                    "tool_call_message",
+                    *message_id,
+                    Utc::now(),
+                    run,
+                    &refs,
+                ));
+            }
+            AgentEvent::ApprovalRequested {
+                message_id, calls, ..
+            } if !self.stream_tokens => {
+                let of = |gated: bool| -> Vec<&ToolCall> {
+                    calls
+                        .iter()
+                        .filter(|c: &&GatedCall| c.gate.is_some() == gated)
+                        .map(|c| &c.call)
+                        .collect()
+                };
+                out.extend(calls_message(
+                    "tool_call_message",
+                    *message_id,
+                    Utc::now(),
+                    run,
+                    &of(false),
+                ));
+                out.extend(calls_message(
+                    "approval_request_message",
+                    *message_id,
+                    Utc::now(),
+                    run,
+                    &of(true),
+                ));
+            }
+            AgentEvent::ApprovalResolved {
+                message_id,
+                decisions,
+                ..
+            } => {
+                let approvals: Vec<Value> = decisions
+                    .iter()
+                    .map(|(call, d)| match d {
+                        Decision::Approve => {
+                            json!({"type": "approval", "tool_call_id": call.0, "approve": true})
+                        }
+                        Decision::Deny { reason } => json!({
+                            "type": "approval", "tool_call_id": call.0,
+                            "approve": false, "reason": reason,
+                        }),
+                        Decision::Result { content, is_error } => json!({
+                            "type": "tool", "tool_call_id": call.0, "tool_return": content,
+                            "status": if *is_error { "error" } else { "success" },
+                        }),
+                    })
+                    .collect();
+                out.push(with(
+                    self.now_base("approval_response_message", *message_id),
+                    json!({
+                        "approvals": approvals,
+                        "approval_request_id": crate::letta::ids::message_id(*message_id),
+                    }),
+                ));
+            }
+            AgentEvent::ToolExecutionCompleted { message, .. }
+            | AgentEvent::ToolExecutionFailed { message, .. } => {
+                for block in &message.content {
+                    if let ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } = block
+                    {
+                        out.push(tool_return(
+                            message.id,
+                            message.created_at,
+                            run,
+                            &tool_use_id.0,
+                            content,
+                            *is_error,
+                        ));
+                    }
+                }
+            }
+            AgentEvent::UserInterjection { message, .. } => {
+                out.push(with(
+                    base("user_message", message.id, message.created_at, run),
+                    json!({"content": message.text()}),
+                ));
+            }
+            AgentEvent::FinalResponse { usage, .. } => self.usage = *usage,
+            AgentEvent::Stopped { reason, error, .. } => {
+                return (
+                    Vec::new(),
+                    Some(RunEnd {
+                        reason: *reason,
+                        error: error.clone(),
+                    }),
+                );
+            }
+            _ => {}
+        }
+        (out, None)
+    }
+
+    /// The closing messages of a run: an error (if it failed), the stop
+    /// reason, the usage.
+    pub fn closing(&self, end: &RunEnd, usage: Usage) -> Vec<Value> {
+        let usage = if usage == Usage::default() {
+            self.usage
+        } else {
+            usage
+        };
+        let mut out = Vec::new();
+        if let (
+            Some(error),
+            StopReason::Error | StopReason::LlmApiError | StopReason::Interrupted,
+        ) = (&end.error, end.reason)
+        {
+            out.push(json!({
+                "message_type": "error_message",
+                "error_type": stop_reason(end.reason),
+                "message": error,
+                "detail": error,
+                "run_id": run_id(self.run),
+            }));
+        }
+        out.push(json!({
+            "message_type": "stop_reason",
+            "stop_reason": stop_reason(end.reason),
+        }));
+        out.push(json!({
+            "message_type": "usage_statistics",
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "cached_input_tokens": usage.cached_tokens,
+            "step_count": self.steps,
+            "run_ids": [run_id(self.run)],
+        }));
+        out
+    }
+}

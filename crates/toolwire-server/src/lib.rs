@@ -1,0 +1,114 @@
+//! # toolwire-server
+//!
+//! **Owns** the HTTP front door of `toolwire serve`: the Letta-compatible
+//! `/v1` API (tools, agents, messages over JSON and SSE, approvals and
+//! client-side tools), its OpenAPI document, API keys, and the server's
+//! life (bind, serve, graceful shutdown).
+//!
+//! **Invariants.** Letta's JSON shapes are built here and only here, from
+//! core types; the engine never sees them. A request that cannot be served
+//! gets a JSON error with a status, a code and a message before any byte
+//! of a stream; nothing a request does can lose stored data. Without API
+//! keys the server refuses to listen beyond loopback.
+//!
+//! **Entry points.** [`router`], [`serve`], [`AppState`], [`ServerSettings`].
+
+mod auth;
+pub mod error;
+mod extract;
+pub mod letta;
+mod openapi;
+mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::routing::get;
+use tower::Layer;
+use tower_http::normalize_path::NormalizePathLayer;
+
+pub use error::{ApiError, ApiResult};
+pub use state::{AppState, ServerSettings};
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0} without API keys: set api_keys in the config \
+         (or listen on 127.0.0.1)"
+    )]
+    Unprotected(SocketAddr),
+    #[error("could not listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Every route, with API keys checked on `/v1` and JSON errors for
+/// unknown routes.
+pub fn router(state: AppState) -> Router {
+    let v1 = letta::routes().layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_key,
+    ));
+    Router::new()
+        .merge(v1)
+        .route("/openapi.json", get(openapi::document))
+        .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            state.settings.body_limit,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        format!("no route for {} {}", request.method(), request.uri().path()),
+    )
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves; running streams
+/// are let finish. Without API keys only a loopback address is accepted.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if state.settings.api_keys.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServeError::Unprotected(addr));
+    }
+    letta::approvals::arm_all(&state).await;
+    // Trailing slashes are trimmed before routing (`/v1/agents/` is
+    // `/v1/agents`), as Letta's SDKs send some paths with one.
+    let app = NormalizePathLayer::trim_trailing_slash().layer(router(state));
+    axum::serve(
+        listener,
+        axum::ServiceExt::<Request>::into_make_service(app),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
+    Ok(())
+}
+
+/// Binds `addr`, refusing a non-loopback one when no key protects it.
+pub async fn bind(
+    addr: SocketAddr,
+    settings: &ServerSettings,
+) -> Result<tokio::net::TcpListener, ServeError> {
+    if settings.api_keys.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServeError::Unprotected(addr));
+    }
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}

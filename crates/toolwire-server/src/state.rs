@@ -1,0 +1,73 @@
+//! What every handler shares: the engine, the store and the settings.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use toolwire_engine::Engine;
+use toolwire_engine::tools::python::PythonLimits;
+use toolwire_store::Store;
+
+/// How the server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Bearer keys a request must carry; none means no check (and the
+    /// server then listens on loopback only).
+    pub api_keys: Vec<String>,
+    /// Limits of Python-source tools.
+    pub python: PythonLimits,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// Seconds between keep-alive pings on a stream that asked for them.
+    pub ping_interval: std::time::Duration,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            api_keys: Vec::new(),
+            python: PythonLimits::default(),
+            body_limit: 8 * 1024 * 1024,
+            ping_interval: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// Shared by every request. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub settings: Arc<ServerSettings>,
+    /// One writer at a time per agent: a request that reads an agent and
+    /// writes it back (or its tools) holds the agent's lock.
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, settings: ServerSettings) -> Self {
+        AppState {
+            engine,
+            settings: Arc::new(settings),
+            locks: Arc::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        self.engine.store()
+    }
+
+    /// The lock of resource `key` (an agent id, or "tools" for the tool
+    /// names).
+    pub async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self.locks.lock() {
+            Ok(mut locks) => locks.entry(key.to_owned()).or_default().clone(),
+            // Poisoned only if a thread panicked holding it; a fresh lock
+            // still serialises everyone who gets it from here on.
+            Err(poisoned) => poisoned
+                .into_inner()
+                .entry(key.to_owned())
+                .or_default()
+                .clone(),
+        };
+        lock.lock_owned().await
+    }
+}

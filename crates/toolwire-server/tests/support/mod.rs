@@ -1,0 +1,123 @@
+//! A real `toolwire serve` in the test process: an engine on a SQLite file
+//! with a scripted model, served over loopback HTTP.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use toolwire_engine::provider::{Script, ScriptedProvider};
+use toolwire_engine::tools::ToolRegistry;
+use toolwire_engine::{Engine, EngineConfig};
+use toolwire_server::{AppState, ServerSettings};
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub db: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// A server on the database at `db`, playing `script` (YAML).
+    pub async fn start(db: &Path, script: &str, settings: ServerSettings) -> Server {
+        let store = toolwire_store::open(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        let provider = Arc::new(ScriptedProvider::new(Script::parse(script).unwrap(), false));
+        let engine = Engine::start(
+            store,
+            provider,
+            ToolRegistry::new(),
+            EngineConfig::default(),
+        )
+        .await
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let state = AppState::new(engine, settings);
+        let task = tokio::spawn(async move {
+            toolwire_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Server {
+            addr,
+            http: reqwest::Client::new(),
+            db: db.to_owned(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+
+    /// Sends a JSON request; returns the status and the JSON body.
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, json)
+    }
+
+    /// A stream's `data:` payloads, in order (the last is `[DONE]`), and
+    /// every other line it carried (there should be none but comments).
+    pub async fn stream(&self, path: &str, body: Value) -> (Vec<String>, Vec<String>) {
+        let response = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let text = response.text().await.unwrap();
+        let mut data = Vec::new();
+        let mut other = Vec::new();
+        for line in text.lines() {
+            if let Some(d) = line.strip_prefix("data: ") {
+                data.push(d.to_owned());
+            } else if !line.is_empty() && !line.starts_with(':') {
+                other.push(line.to_owned());
+            }
+        }
+        (data, other)
+    }
+}
+
+/// `message_type`s of Letta messages.
+pub fn types(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m["message_type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
