@@ -84,3 +84,12 @@ impl Decision {
         }
     }
 }
+
+/// A pause and how it was answered, kept for the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedApproval {
+    pub pending: PendingApproval,
+    /// One per waiting call, in the calls' order.
+    pub decisions: Vec<(ToolCallId, Decision)>,
+    pub resolved_at: chrono::DateTime<chrono::Utc>,
+}

@@ -20,7 +20,7 @@ pub mod message;
 pub mod pricing;
 pub mod tree;
 
-pub use approval::{Decision, Gate, GatedCall, PendingApproval};
+pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
 pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
 pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
 pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};

@@ -1,7 +1,8 @@
 //! Paused turns in the store: one per conversation at most, kept as a
-//! document so that it outlives the process.
+//! document so that it outlives the process; and, once answered, the
+//! answers (one document per paused message), for the history.
 
-use toolwire_core::{ConversationId, PendingApproval};
+use toolwire_core::{ConversationId, Decision, PendingApproval, ResolvedApproval, ToolCallId};
 use toolwire_store::{Store, StoreError};
 
 const KIND: &str = "pending_approval";
@@ -35,4 +36,51 @@ pub(crate) async fn take(
     conversation: ConversationId,
 ) -> Result<bool, StoreError> {
     store.delete_document(KIND, &conversation.to_string()).await
+}
+
+/// The kind of a conversation's answered pauses (so that one conversation's
+/// are listed without reading the others').
+fn resolved_kind(conversation: ConversationId) -> String {
+    format!("approval_resolved:{conversation}")
+}
+
+/// Keeps how `pending` was answered.
+pub(crate) async fn record(
+    store: &dyn Store,
+    pending: PendingApproval,
+    decisions: Vec<(ToolCallId, Decision)>,
+) -> Result<(), StoreError> {
+    let resolved = ResolvedApproval {
+        pending,
+        decisions,
+        resolved_at: chrono::Utc::now(),
+    };
+    let body = serde_json::to_value(&resolved)
+        .map_err(|e| StoreError::Corrupt(format!("an approval cannot be stored: {e}")))?;
+    store
+        .put_document(
+            &resolved_kind(resolved.pending.conversation_id),
+            &resolved.pending.message_id.to_string(),
+            &body,
+        )
+        .await
+}
+
+/// The conversation's answered pauses, oldest first.
+pub(crate) async fn resolved(
+    store: &dyn Store,
+    conversation: ConversationId,
+) -> Result<Vec<ResolvedApproval>, StoreError> {
+    store
+        .documents(&resolved_kind(conversation))
+        .await?
+        .into_iter()
+        .map(|doc| {
+            serde_json::from_value(doc.body).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "an answered approval of conversation {conversation}: {e}"
+                ))
+            })
+        })
+        .collect()
 }

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::{
     ContentBlock, Conversation, ConversationId, Decision, Message, MessageId, PendingApproval,
-    Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
+    ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 
@@ -345,6 +345,15 @@ impl Engine {
         conversation: ConversationId,
     ) -> Result<Option<PendingApproval>, EngineError> {
         Ok(approval::load(self.inner.store.as_ref(), conversation).await?)
+    }
+
+    /// The conversation's answered pauses (each with its answers), oldest
+    /// first.
+    pub async fn resolved_approvals(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Vec<ResolvedApproval>, EngineError> {
+        Ok(approval::resolved(self.inner.store.as_ref(), conversation).await?)
     }
 
     /// Answers the waiting calls of the paused turn (every one of them,

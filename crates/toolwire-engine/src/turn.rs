@@ -335,6 +335,7 @@ impl Turn<'_> {
                     .map(|d| (c.call.id.clone(), d.clone()))
             })
             .collect();
+        approval::record(self.inner.store.as_ref(), pending.clone(), order.clone()).await?;
         self.emit(AgentEvent::ApprovalResolved {
             run_id: self.run_id,
             message_id: pending.message_id,
@@ -368,7 +369,7 @@ impl Turn<'_> {
             return Ok(());
         }
         self.leaf = pending.message_id;
-        let decisions = pending
+        let decisions: Vec<(ToolCallId, Decision)> = pending
             .waiting()
             .map(|c| {
                 (
@@ -379,6 +380,12 @@ impl Turn<'_> {
                 )
             })
             .collect();
+        approval::record(
+            self.inner.store.as_ref(),
+            pending.clone(),
+            decisions.clone(),
+        )
+        .await?;
         self.emit(AgentEvent::ApprovalResolved {
             run_id: self.run_id,
             message_id: pending.message_id,

@@ -176,10 +176,17 @@ async fn a_call_waits_for_approval_and_runs_once_approved() {
             "system_message",
             "user_message",
             "assistant_message",
-            "tool_call_message",
+            "approval_request_message",
+            "approval_response_message",
             "tool_return_message",
             "assistant_message"
-        ]
+        ],
+        "the history keeps the request and its answer"
+    );
+    let response = &history.as_array().unwrap()[4];
+    assert_eq!(
+        response["approvals"],
+        json!([{"type": "approval", "tool_call_id": "call_1", "approve": true}])
     );
     s.stop().await;
 }
@@ -498,6 +505,17 @@ async fn bad_input_gets_a_json_error_naming_it() {
         400,
         "BAD_REQUEST",
         "role `tool`",
+    );
+    check(
+        s.call(
+            "POST",
+            &messages,
+            Some(json!({"messages": [{"type": "bogus"}]})),
+        )
+        .await,
+        400,
+        "BAD_REQUEST",
+        "unknown message type `bogus`",
     );
     check(
         s.call("GET", &format!("{messages}?order=up"), None).await,

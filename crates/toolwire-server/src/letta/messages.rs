@@ -170,6 +170,12 @@ fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
                     asked.decisions.push(tool_return_decision(r)?);
                 }
             }
+            Some(other) if other != "message" => {
+                return Err(ApiError::bad_request(format!(
+                    "messages[{i}]: unknown message type `{other}` \
+                     (send a message, an `approval` or a `tool_return`)"
+                )));
+            }
             _ => {
                 let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
                 if !matches!(role, "user" | "system") {
@@ -454,10 +460,14 @@ pub async fn list(
     let conversation = state.store().conversation(agent.conversation_id).await?;
     let path = state.store().path_to(conversation.active_leaf).await?;
     let pending = state.engine.pending_approval(agent.conversation_id).await?;
-    let waiting = render::waiting_ids(pending.as_ref());
+    let resolved = state
+        .engine
+        .resolved_approvals(agent.conversation_id)
+        .await?;
+    let approvals = render::Approvals::new(pending.as_ref(), resolved);
     let all: Vec<Value> = path
         .iter()
-        .flat_map(|m| render::history(m, &waiting))
+        .flat_map(|m| render::history(m, &approvals))
         .collect();
     let page = query.page(
         all,

@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval, Role,
-    RunId, StopReason, ToolCall, Usage,
+    AgentEvent, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval,
+    ResolvedApproval, Role, RunId, StopReason, ToolCall, ToolCallId, Usage,
 };
 
 use crate::letta::ids::message_id;
@@ -78,9 +78,65 @@ fn calls_message(
     ))
 }
 
-/// The Letta messages of stored message `m`. Calls listed in `waiting`
-/// (the open approval's) become an `approval_request_message`.
-pub fn history(m: &Message, waiting: &HashSet<String>) -> Vec<Value> {
+/// What the history needs to know of a conversation's pauses.
+#[derive(Debug, Default)]
+pub struct Approvals {
+    /// The calls of the open pause.
+    waiting: HashSet<String>,
+    /// Answered pauses, by their message.
+    resolved: HashMap<MessageId, ResolvedApproval>,
+}
+
+impl Approvals {
+    pub fn new(pending: Option<&PendingApproval>, resolved: Vec<ResolvedApproval>) -> Self {
+        Approvals {
+            waiting: pending
+                .map(|p| p.waiting().map(|c| c.call.id.0.clone()).collect())
+                .unwrap_or_default(),
+            resolved: resolved
+                .into_iter()
+                .map(|r| (r.pending.message_id, r))
+                .collect(),
+        }
+    }
+}
+
+/// Letta's `approval_response_message` for answers to message `id`.
+fn approval_response(
+    id: MessageId,
+    date: DateTime<Utc>,
+    run: Option<RunId>,
+    decisions: &[(ToolCallId, Decision)],
+) -> Value {
+    let approvals: Vec<Value> = decisions
+        .iter()
+        .map(|(call, d)| match d {
+            Decision::Approve => {
+                json!({"type": "approval", "tool_call_id": call.0, "approve": true})
+            }
+            Decision::Deny { reason } => json!({
+                "type": "approval", "tool_call_id": call.0,
+                "approve": false, "reason": reason,
+            }),
+            Decision::Result { content, is_error } => json!({
+                "type": "tool", "tool_call_id": call.0, "tool_return": content,
+                "status": if *is_error { "error" } else { "success" },
+            }),
+        })
+        .collect();
+    with(
+        base("approval_response_message", id, date, run),
+        json!({
+            "approvals": approvals,
+            "approval_request_id": message_id(id),
+        }),
+    )
+}
+
+/// The Letta messages of stored message `m`. Calls that waited (or wait)
+/// for an answer become an `approval_request_message`, followed by the
+/// answers once given.
+pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
     let (id, date) = (m.id, m.created_at);
     let mut out = Vec::new();
     match m.role {
@@ -106,6 +162,11 @@ pub fn history(m: &Message, waiting: &HashSet<String>) -> Vec<Value> {
                     _ => {}
                 }
             }
+            let resolved = approvals.resolved.get(&m.id);
+            let gated = |id: &str| match resolved {
+                Some(r) => r.pending.waiting().any(|c| c.call.id.0 == id),
+                None => approvals.waiting.contains(id),
+            };
             let mut run_now = Vec::new();
             let mut wait = Vec::new();
             let owned: Vec<ToolCall> = m
@@ -118,7 +179,7 @@ pub fn history(m: &Message, waiting: &HashSet<String>) -> Vec<Value> {
                 })
                 .collect();
             for call in &owned {
-                if waiting.contains(&call.id.0) {
+                if gated(&call.id.0) {
                     wait.push(call);
                 } else {
                     run_now.push(call);
@@ -132,6 +193,9 @@ pub fn history(m: &Message, waiting: &HashSet<String>) -> Vec<Value> {
                 None,
                 &wait,
             ));
+            if let Some(r) = resolved {
+                out.push(approval_response(id, r.resolved_at, None, &r.decisions));
+            }
         }
         Role::Tool => {
             for block in &m.content {
@@ -181,13 +245,6 @@ fn tool_return(
             }],
         }),
     )
-}
-
-/// The ids of the calls that wait in `pending`.
-pub fn waiting_ids(pending: Option<&PendingApproval>) -> HashSet<String> {
-    pending
-        .map(|p| p.waiting().map(|c| c.call.id.0.clone()).collect())
-        .unwrap_or_default()
 }
 
 /// Turns one run's events into Letta messages as they come: whole
@@ -297,7 +354,7 @@ impl LiveRenderer {
                 text_only
                     .content
                     .retain(|b| !matches!(b, ContentBlock::ToolUse { .. }));
-                for mut m in history(&text_only, &HashSet::new()) {
+                for mut m in history(&text_only, &Approvals::default()) {
                     m["run_id"] = json!(run_id(self.run));
                     out.push(m);
                 }
@@ -343,31 +400,7 @@ impl LiveRenderer {
                 message_id,
                 decisions,
                 ..
-            } => {
-                let approvals: Vec<Value> = decisions
-                    .iter()
-                    .map(|(call, d)| match d {
-                        Decision::Approve => {
-                            json!({"type": "approval", "tool_call_id": call.0, "approve": true})
-                        }
-                        Decision::Deny { reason } => json!({
-                            "type": "approval", "tool_call_id": call.0,
-                            "approve": false, "reason": reason,
-                        }),
-                        Decision::Result { content, is_error } => json!({
-                            "type": "tool", "tool_call_id": call.0, "tool_return": content,
-                            "status": if *is_error { "error" } else { "success" },
-                        }),
-                    })
-                    .collect();
-                out.push(with(
-                    self.now_base("approval_response_message", *message_id),
-                    json!({
-                        "approvals": approvals,
-                        "approval_request_id": crate::letta::ids::message_id(*message_id),
-                    }),
-                ));
-            }
+            } => out.push(approval_response(*message_id, Utc::now(), run, decisions)),
             AgentEvent::ToolExecutionCompleted { message, .. }
             | AgentEvent::ToolExecutionFailed { message, .. } => {
                 for block in &message.content {
