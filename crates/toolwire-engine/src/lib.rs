@@ -1,14 +1,19 @@
 //! # toolwire-engine
 //!
 //! **Owns** the turn loop: providers (model calls over HTTP, and the
-//! scripted provider), tools (built-in, MCP, client-side), approvals,
-//! notifications, interjections, and the per-conversation event bus.
+//! scripted provider), tools (built-in, MCP, Python-source, client-side),
+//! approvals, notifications, interjections, and the per-conversation event
+//! bus.
 //!
 //! **Invariants.** Knows no front-door wire format (no ACP or Letta names).
 //! Persist, then publish: every step is stored before any client hears of
 //! it. A slow subscriber never blocks a turn. A paused turn's waiting
 //! calls are answered exactly once, and every tool call in the tree gets a
 //! result.
+//!
+//! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
+//! `follow`), [`TurnOptions`], [`tools::ToolRegistry`],
+//! [`provider::Provider`].
 
 mod approval;
 mod bus;
