@@ -2,8 +2,8 @@
 //!
 //! **Owns** toolwire's domain: ids ([`ids`]), messages and content blocks
 //! ([`message`]), the conversation tree and its rules ([`tree`]), agent
-//! events ([`event`]), paused tool calls ([`approval`]) and model pricing
-//! ([`pricing`]).
+//! events ([`event`]), paused tool calls ([`approval`]), the notification
+//! queue and block ([`notification`]) and model pricing ([`pricing`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -17,6 +17,7 @@ pub mod approval;
 pub mod event;
 pub mod ids;
 pub mod message;
+pub mod notification;
 pub mod pricing;
 pub mod tree;
 
@@ -24,5 +25,8 @@ pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval}
 pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
 pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
 pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};
+pub use notification::{
+    Batch, FileChange, Incoming, Notice, NotificationQueue, NotifyConfig, format_block,
+};
 pub use pricing::{Price, PriceTable};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};
