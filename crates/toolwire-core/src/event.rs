@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::{Decision, GatedCall};
+use crate::notification::Notice;
 use crate::ids::{ConversationId, MessageId, RunId, ToolCallId};
 use crate::message::{Message, Usage};
 
@@ -175,6 +176,15 @@ pub enum AgentEvent {
         message_id: MessageId,
         decisions: Vec<(ToolCallId, Decision)>,
     },
+    /// Notifications were delivered with message `message_id` (a tool
+    /// result, or a user message that starts a turn); `text` is the block
+    /// the model reads.
+    NotificationsInjected {
+        run_id: RunId,
+        message_id: MessageId,
+        notices: Vec<Notice>,
+        text: String,
+    },
     /// A user message sent while the turn ran.
     UserInterjection { run_id: RunId, message: Message },
     /// The final answer of the turn, with the turn's totals.
@@ -213,6 +223,7 @@ impl AgentEvent {
             | AgentEvent::ToolExecutionFailed { run_id, .. }
             | AgentEvent::ApprovalRequested { run_id, .. }
             | AgentEvent::ApprovalResolved { run_id, .. }
+            | AgentEvent::NotificationsInjected { run_id, .. }
             | AgentEvent::UserInterjection { run_id, .. }
             | AgentEvent::FinalResponse { run_id, .. }
             | AgentEvent::Stopped { run_id, .. } => *run_id,

@@ -110,7 +110,8 @@ impl Incoming {
         }
     }
 
-    fn source(&self) -> &str {
+    /// Who sent it.
+    pub fn source(&self) -> &str {
         match self {
             Incoming::Text { source, .. } | Incoming::File { source, .. } => source,
         }

@@ -2,6 +2,7 @@
 
 use toolwire_core::PriceTable;
 
+use crate::notify::NotificationSettings;
 use crate::provider::ToolFormat;
 
 /// Where a user message sent during a turn goes.
@@ -11,8 +12,8 @@ pub enum InterjectionMode {
     /// the next assistant message answers it.
     #[default]
     NewMessage,
-    /// Appended to the result of the tool that completes next, in a
-    /// `<system-reminder>` block.
+    /// A high-priority notification from `user`: appended, with whatever
+    /// else waits, to the result of the tool that completes next.
     Reminder,
 }
 
@@ -34,6 +35,8 @@ pub struct EngineConfig {
     /// After a cancel, how long running tools get to stop before they are
     /// aborted (their calls then answered as cancelled).
     pub tool_cancel_grace: std::time::Duration,
+    /// Notifications: on by default.
+    pub notifications: NotificationSettings,
     /// How often the engine tells the store that it is alive (its
     /// instance's heartbeat), so that other processes on the same database
     /// leave its turns alone.
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             prices: PriceTable::default(),
             event_capacity: 256,
             tool_cancel_grace: std::time::Duration::from_secs(5),
+            notifications: NotificationSettings::default(),
             heartbeat_interval: std::time::Duration::from_secs(10),
             stale_owner_after: std::time::Duration::from_secs(30),
         }

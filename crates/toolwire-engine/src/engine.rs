@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use toolwire_core::notification::Admission;
 use toolwire_core::{
-    ContentBlock, Conversation, ConversationId, Decision, Message, MessageId, PendingApproval,
-    ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
+    ContentBlock, Conversation, ConversationId, Decision, Incoming, Message, MessageId,
+    PendingApproval, ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 
@@ -17,6 +18,7 @@ use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
 use crate::follow::Follower;
 use crate::instance::{self, Registration};
+use crate::notify::{Activation, Hub};
 use crate::provider::Provider;
 use crate::tools::{ToolRegistry, ToolSpec};
 use crate::turn;
@@ -85,6 +87,17 @@ pub struct TurnOptions {
     pub require_approval: HashSet<String>,
     /// The client that started the turn, told to tools.
     pub client_id: Option<String>,
+}
+
+/// What became of a notification.
+#[derive(Debug)]
+pub enum Notified {
+    /// Queued (or joined a queued line) for the next tool result or turn.
+    Queued,
+    /// Over its source's rate, or notifications are off: counted, not kept.
+    Dropped,
+    /// Its source wakes the agent and no turn was running: it started one.
+    Woke(TurnHandle),
 }
 
 /// What became of answers to waiting calls.
@@ -160,6 +173,7 @@ pub(crate) struct Inner {
     pub(crate) tools: ToolRegistry,
     pub(crate) config: EngineConfig,
     pub(crate) bus: EventBus,
+    pub(crate) notifications: Hub,
     pub(crate) active: Mutex<HashMap<ConversationId, ActiveTurn>>,
     /// The owner of the runs this engine starts; its heartbeat stops when
     /// the engine goes.
@@ -209,6 +223,7 @@ impl Engine {
                 tools,
                 config,
                 bus,
+                notifications: Hub::default(),
                 active: Mutex::new(HashMap::new()),
                 instance,
             }),
@@ -285,6 +300,75 @@ impl Engine {
     /// Registers an observer of every event.
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         self.inner.bus.observe(observer);
+    }
+
+    /// Tells the agent of `conversation` about `event`: it arrives with the
+    /// next tool result (or at the next turn's start). A source that wakes
+    /// the agent starts a turn when none runs.
+    pub async fn notify(
+        &self,
+        conversation: ConversationId,
+        event: Incoming,
+    ) -> Result<Notified, EngineError> {
+        let settings = &self.inner.config.notifications;
+        if !settings.enabled {
+            return Ok(Notified::Dropped);
+        }
+        // Checked first, so that a bad id is an error, not a queue.
+        self.inner.store.conversation(conversation).await?;
+        let wake = settings.activation(event.source()) == Activation::Wake;
+        let admission = self
+            .inner
+            .notifications
+            .push(&settings.queue, conversation, event);
+        if admission == Admission::Dropped {
+            return Ok(Notified::Dropped);
+        }
+        if wake
+            && !self.is_running(conversation)
+            && self.pending_approval(conversation).await?.is_none()
+        {
+            let leaf = self
+                .inner
+                .store
+                .conversation(conversation)
+                .await?
+                .active_leaf;
+            // The turn's user message carries the notifications (drained
+            // when the turn stores it).
+            let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
+            match self.start_turn(
+                conversation,
+                turn::Start::User(user),
+                TurnOptions::default(),
+            ) {
+                Ok(handle) => return Ok(Notified::Woke(handle)),
+                // A turn started meanwhile: it will deliver them.
+                Err(EngineError::TurnInProgress(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Notified::Queued)
+    }
+
+    /// Tells every conversation this engine has run a turn in about
+    /// `event` (workspace-wide events: file changes). Passive: it never
+    /// starts a turn.
+    pub fn notify_attached(&self, event: Incoming) {
+        let settings = &self.inner.config.notifications;
+        if !settings.enabled {
+            return;
+        }
+        for conversation in self.inner.notifications.attached() {
+            self.inner
+                .notifications
+                .push(&settings.queue, conversation, event.clone());
+        }
+    }
+
+    /// Whether notifications wait for `conversation`.
+    pub fn has_pending_notifications(&self, conversation: ConversationId) -> bool {
+        self.inner.notifications.has_pending(conversation)
     }
 
     /// Whether a turn is running in `conversation`.
@@ -535,6 +619,7 @@ impl Engine {
                 },
             );
         }
+        self.inner.notifications.attach(conversation);
         let engine = self.clone();
         let join = tokio::spawn(async move {
             let outcome =

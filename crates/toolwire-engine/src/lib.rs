@@ -21,6 +21,7 @@ mod config;
 mod engine;
 mod follow;
 mod instance;
+pub mod notify;
 pub mod provider;
 pub mod tools;
 mod turn;
@@ -28,6 +29,6 @@ mod turn;
 pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};
 pub use engine::{
-    Engine, EngineError, Interjection, Responded, TurnHandle, TurnOptions, TurnOutcome,
+    Engine, EngineError, Interjection, Notified, Responded, TurnHandle, TurnOptions, TurnOutcome,
 };
 pub use follow::Follower;

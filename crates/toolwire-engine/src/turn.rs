@@ -12,15 +12,19 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use toolwire_core::Incoming;
+use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, Decision, Gate, GatedCall, Message, MessageId,
-    MessageStatus, PendingApproval, Progress, Role, RunId, StopReason, ToolCall, ToolCallId, Usage,
+    MessageStatus, PendingApproval, Priority, Progress, Role, RunId, StopReason, ToolCall,
+    ToolCallId, Usage,
 };
 use toolwire_stream::{StreamEvent, XmlToolCallParser};
 
 use crate::approval;
 use crate::config::InterjectionMode;
 use crate::engine::{Inner, TurnOptions, TurnOutcome, user_message};
+use crate::notify::{InjectionMode, NOTIFICATION_TOOL};
 use crate::provider::{ModelRequest, ToolFormat, xml_format};
 use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
@@ -198,14 +202,22 @@ impl Turn<'_> {
                 self.abandon(pending, &reason).await?;
                 return Err(Stop::new(StopReason::Cancelled, reason));
             }
-            Start::User(user) => {
+            Start::User(mut user) => {
                 self.leaf = user.id;
-                let started = AgentEvent::TurnStarted {
+                // What waited since the last turn comes with its message.
+                let injected = self.take_notifications(&mut user);
+                if user.content.is_empty() {
+                    user.content.push(ContentBlock::Text {
+                        text: "(woken by a notification)".into(),
+                    });
+                }
+                let mut events = vec![AgentEvent::TurnStarted {
                     run_id: self.run_id,
                     conversation_id: self.conversation,
                     message: user.clone(),
-                };
-                self.inner.bus.store_message(&user, vec![started]).await?;
+                }];
+                events.extend(injected);
+                self.inner.bus.store_message(&user, events).await?;
             }
             Start::From(id) => {
                 self.leaf = id;
@@ -565,9 +577,27 @@ impl Turn<'_> {
     }
 
     fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
-        let system = path.first().map(Message::text).unwrap_or_default();
+        let mut system = path.first().map(Message::text).unwrap_or_default();
         let rest = path.get(1..).unwrap_or_default();
-        let tools = self.specs();
+        let mut tools = self.specs();
+        let notifications = &self.inner.config.notifications;
+        if notifications.enabled {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(SYSTEM_PROMPT_ADDITION);
+            if notifications.mode == InjectionMode::SyntheticTool {
+                tools.push(ToolSpec {
+                    name: NOTIFICATION_TOOL.into(),
+                    server: None,
+                    description: "Delivers notifications to you. Never call this tool yourself: \
+                                  toolwire calls it when something happens while you work."
+                        .into(),
+                    parameters: serde_json::json!({"type": "object", "properties": {}}),
+                    read_only: true,
+                });
+            }
+        }
         match self.inner.config.tool_format {
             ToolFormat::Native => ModelRequest {
                 system,
@@ -684,6 +714,14 @@ impl Turn<'_> {
                         .await?;
                     continue;
                 }
+                if call.name == NOTIFICATION_TOOL {
+                    let output = ToolOutput::error(format!(
+                        "`{NOTIFICATION_TOOL}` only delivers notifications; do not call it."
+                    ));
+                    self.store_result(&call.id, Ok(output), Duration::ZERO, None)
+                        .await?;
+                    continue;
+                }
                 let Some(tool) = self.tools().get(&call.name) else {
                     let available: Vec<String> = self.specs().into_iter().map(|s| s.name).collect();
                     let output = ToolOutput::error(if available.is_empty() {
@@ -795,6 +833,7 @@ impl Turn<'_> {
             )
             .await?;
         }
+        self.inject_synthetic().await?;
         if !interjected.is_empty() {
             let user = user_message(self.conversation, self.leaf, &interjected.join("\n\n"));
             let event = AgentEvent::UserInterjection {
@@ -825,7 +864,7 @@ impl Turn<'_> {
         took: Duration,
         reminder: Option<String>,
     ) -> Result<(), Stop> {
-        let (mut content, is_error, error) = match result {
+        let (content, is_error, error) = match result {
             Ok(out) => (out.content, out.is_error, None),
             Err(e) => {
                 let text = format!("Error: {e}");
@@ -833,9 +872,12 @@ impl Turn<'_> {
             }
         };
         if let Some(reminder) = reminder {
-            content.push_str(&format!(
-                "\n\n<system-reminder>\nThe user sent a message while this tool ran:\n{reminder}\n</system-reminder>"
-            ));
+            // Reminder-mode interjections travel as notifications.
+            self.inner.notifications.push(
+                &self.inner.config.notifications.queue,
+                self.conversation,
+                Incoming::text("user", Priority::High, reminder),
+            );
         }
         let mut message = Message::new(
             self.conversation,
@@ -851,6 +893,11 @@ impl Turn<'_> {
         if is_error {
             message.status = MessageStatus::Error;
         }
+        let injected = if self.inner.config.notifications.mode == InjectionMode::Augment {
+            self.take_notifications(&mut message)
+        } else {
+            None
+        };
         let (run_id, call_id, stored) = (self.run_id, call_id.clone(), message.clone());
         let event = match error {
             Some(error) => AgentEvent::ToolExecutionFailed {
@@ -865,8 +912,67 @@ impl Turn<'_> {
                 message: stored,
             },
         };
-        self.inner.bus.store_message(&message, vec![event]).await?;
+        let mut events = vec![event];
+        events.extend(injected);
+        self.inner.bus.store_message(&message, events).await?;
         self.leaf = message.id;
+        Ok(())
+    }
+
+    /// Drains the conversation's notifications onto `message` (as
+    /// notification blocks); returns the event that announces them.
+    fn take_notifications(&self, message: &mut Message) -> Option<AgentEvent> {
+        if !self.inner.config.notifications.enabled {
+            return None;
+        }
+        let batch = self.inner.notifications.drain(self.conversation)?;
+        message.content.extend(batch.blocks());
+        Some(AgentEvent::NotificationsInjected {
+            run_id: self.run_id,
+            message_id: message.id,
+            notices: batch.notices.clone(),
+            text: batch.format(),
+        })
+    }
+
+    /// In [`InjectionMode::SyntheticTool`], what waits after the step's
+    /// results: a `_system_notification` call and its result.
+    async fn inject_synthetic(&mut self) -> Result<(), Stop> {
+        let settings = &self.inner.config.notifications;
+        if !settings.enabled || settings.mode != InjectionMode::SyntheticTool {
+            return Ok(());
+        }
+        let Some(batch) = self.inner.notifications.drain(self.conversation) else {
+            return Ok(());
+        };
+        let call_id = ToolCallId(format!("notification_{}", MessageId::new().0.simple()));
+        let call = Message::new(
+            self.conversation,
+            Some(self.leaf),
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: call_id.clone(),
+                server: None,
+                name: NOTIFICATION_TOOL.into(),
+                arguments: serde_json::json!({}),
+            }],
+        );
+        self.inner.bus.store_message(&call, Vec::new()).await?;
+        let mut content = vec![ContentBlock::ToolResult {
+            tool_use_id: call_id,
+            content: String::new(),
+            is_error: false,
+        }];
+        content.extend(batch.blocks());
+        let result = Message::new(self.conversation, Some(call.id), Role::Tool, content);
+        let event = AgentEvent::NotificationsInjected {
+            run_id: self.run_id,
+            message_id: result.id,
+            notices: batch.notices.clone(),
+            text: batch.format(),
+        };
+        self.inner.bus.store_message(&result, vec![event]).await?;
+        self.leaf = result.id;
         Ok(())
     }
 }

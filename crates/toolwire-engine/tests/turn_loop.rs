@@ -159,9 +159,16 @@ async fn interjection_in_reminder_mode_rides_on_the_tool_result() {
         panic!()
     };
     assert!(content.starts_with("slow got {\"n\":1}"));
+    // The interjection rides on the result as a notification from the
+    // user, apart from the tool's own output.
     assert!(
-        content.contains("<system-reminder>") && content.contains("use n=9 instead"),
-        "{content}"
+        first_result.content[1..].contains(&ContentBlock::Notification {
+            source: "user".into(),
+            priority: toolwire_core::Priority::High,
+            text: "use n=9 instead".into(),
+        }),
+        "{:?}",
+        first_result.content
     );
     assert_eq!(path.iter().filter(|m| m.role == Role::User).count(), 1);
 }
@@ -248,10 +255,9 @@ async fn edit_regenerate_and_switch_change_what_the_model_sees() {
         .iter()
         .filter_map(|m| m["content"].as_str())
         .collect();
-    assert_eq!(
-        contents,
-        [engine.config().system_prompt.as_str(), "edited question"]
-    );
+    assert_eq!(contents.len(), 2);
+    assert!(contents[0].starts_with(engine.config().system_prompt.as_str()));
+    assert_eq!(contents[1], "edited question");
     assert_eq!(store.siblings(user).await.unwrap().len(), 2);
 
     // Regenerate the first answer: a sibling under the original question.

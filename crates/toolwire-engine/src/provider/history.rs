@@ -3,7 +3,7 @@
 //! are stored in the order the tools finished), and the text a message
 //! carries, notifications included.
 
-use toolwire_core::{ContentBlock, Message, Role, ToolCallId};
+use toolwire_core::{ContentBlock, Message, Role, ToolCallId, format_block};
 
 /// A path element as providers send it.
 pub enum Group<'a> {
@@ -30,6 +30,9 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
         }
         let mut results = Vec::new();
         while i < path.len() && path[i].role == Role::Tool {
+            // Notifications delivered with a result: the model reads them
+            // after the tool's own output.
+            let notifications = format_block(&path[i].content);
             for block in &path[i].content {
                 if let ContentBlock::ToolResult {
                     tool_use_id,
@@ -37,7 +40,11 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
                     is_error,
                 } = block
                 {
-                    results.push((tool_use_id.clone(), content.clone(), *is_error));
+                    let content = match &notifications {
+                        Some(block) => format!("{content}\n\n{block}"),
+                        None => content.clone(),
+                    };
+                    results.push((tool_use_id.clone(), content, *is_error));
                 }
             }
             i += 1;
@@ -53,21 +60,23 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
     out
 }
 
-/// Text and notifications of a message, as the model reads them.
+/// Text and notifications of a message, as the model reads them: the
+/// text, then the notifications' block.
 pub(crate) fn plain_text(m: &Message) -> String {
     let mut s = String::new();
     for block in &m.content {
-        let piece = match block {
-            ContentBlock::Text { text } => text.clone(),
-            ContentBlock::Notification { source, text, .. } => {
-                format!("<notification source=\"{source}\">{text}</notification>")
+        if let ContentBlock::Text { text } = block {
+            if !s.is_empty() {
+                s.push('\n');
             }
-            _ => continue,
-        };
-        if !s.is_empty() {
-            s.push('\n');
+            s.push_str(text);
         }
-        s.push_str(&piece);
+    }
+    if let Some(block) = format_block(&m.content) {
+        if !s.is_empty() {
+            s.push_str("\n\n");
+        }
+        s.push_str(&block);
     }
     s
 }
