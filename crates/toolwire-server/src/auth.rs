@@ -26,25 +26,27 @@ pub async fn require_key(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    match given {
+    let refusal = match given {
         Some(key)
             if keys
                 .iter()
                 .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes())) =>
         {
-            Ok(next.run(request).await)
+            return Ok(next.run(request).await);
         }
-        Some(_) => Err(ApiError::new(
+        Some(_) => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "UNAUTHORIZED",
             "the API key is not valid",
-        )),
-        None => Err(ApiError::new(
+        ),
+        None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "UNAUTHORIZED",
             "an API key is required: send `Authorization: Bearer KEY`",
-        )),
-    }
+        ),
+    };
+    crate::drain_body(request, state.settings.body_limit).await;
+    Err(refusal)
 }
 
 /// Compares without leaking, through timing, how much of a key matched.

@@ -113,7 +113,12 @@ impl From<EngineError> for ApiError {
         match e {
             EngineError::Store(s) => s.into(),
             EngineError::Tree(t) => Self::bad_request(t.to_string()),
-            EngineError::TurnInProgress(_) => Self::conflict("RUN_IN_PROGRESS", e.to_string()),
+            // Letta's wording, which clients such as letta-code look for.
+            EngineError::TurnInProgress(_) => Self::conflict(
+                "CONVERSATION_BUSY",
+                "Cannot send a new message: Another request is currently being processed \
+                 for this conversation. Wait for it to finish, or cancel it.",
+            ),
             EngineError::ApprovalPending { message_id, .. } => Self::conflict(
                 "PENDING_APPROVAL",
                 "Cannot send a new message: The agent is waiting for approval on a tool call. \

@@ -24,7 +24,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::routing::get;
 use tower::Layer;
 use tower_http::normalize_path::NormalizePathLayer;
@@ -68,12 +68,21 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn not_found(request: Request) -> ApiError {
-    ApiError::new(
+async fn not_found(State(state): State<AppState>, request: Request) -> ApiError {
+    let error = ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
         "NOT_FOUND",
         format!("no route for {} {}", request.method(), request.uri().path()),
-    )
+    );
+    drain_body(request, state.settings.body_limit).await;
+    error
+}
+
+/// Reads and drops a refused request's body: an unread body left on the
+/// connection makes hyper close it, and a client that reuses it (Letta's
+/// SDKs do) then fails its next request.
+pub(crate) async fn drain_body(request: Request, limit: usize) {
+    let _ = axum::body::to_bytes(request.into_body(), limit).await;
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves; running streams

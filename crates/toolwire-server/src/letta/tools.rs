@@ -35,7 +35,8 @@ pub struct ToolRecord {
     pub source_code: Option<String>,
     #[serde(default)]
     pub source_type: Option<String>,
-    /// `custom` (Python source), `toolwire_builtin` or `external_mcp`.
+    /// `custom` (Python source), `letta_builtin` (toolwire's built-in
+    /// tools) or `external_mcp`: values of Letta's `ToolType`.
     pub tool_type: String,
     #[serde(default)]
     pub return_char_limit: Option<u64>,
@@ -66,7 +67,8 @@ impl ToolRecord {
             tool_type: if spec.server.is_some() {
                 "external_mcp".into()
             } else {
-                "toolwire_builtin".into()
+                // Letta's name for tools the server itself provides.
+                "letta_builtin".into()
             },
             return_char_limit: None,
             metadata: None,
