@@ -2,7 +2,7 @@
 //! edit, regenerate). One turn at a time per conversation.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use crate::follow::Follower;
 use crate::instance::{self, Registration};
 use crate::notify::{Activation, Hub};
 use crate::provider::Provider;
-use crate::tools::{ToolRegistry, ToolSpec};
+use crate::tools::{NotificationSink, Notifier, ToolRegistry, ToolSpec};
 use crate::turn;
 
 /// What the engine could not do.
@@ -96,8 +96,9 @@ pub enum Notified {
     Queued,
     /// Over its source's rate, or notifications are off: counted, not kept.
     Dropped,
-    /// Its source wakes the agent and no turn was running: it started one.
-    Woke(TurnHandle),
+    /// Its source wakes the agent and no turn runs: a turn starts once the
+    /// coalescing window has passed (so what comes meanwhile joins it).
+    Waking,
 }
 
 /// What became of answers to waiting calls.
@@ -178,6 +179,26 @@ pub(crate) struct Inner {
     /// The owner of the runs this engine starts; its heartbeat stops when
     /// the engine goes.
     pub(crate) instance: Registration,
+    /// Given to every tool call: notifications sent after the call (a
+    /// background task's end) reach [`Engine::notify`].
+    pub(crate) notifier: Notifier,
+}
+
+/// The engine as a tool's [`NotificationSink`]: a weak reference, so that
+/// a background task never keeps a dropped engine alive.
+struct EngineSink(Weak<Inner>);
+
+#[async_trait::async_trait]
+impl NotificationSink for EngineSink {
+    async fn notify(&self, conversation: ConversationId, event: Incoming) {
+        let Some(inner) = self.0.upgrade() else {
+            return;
+        };
+        let source = event.source().to_owned();
+        if let Err(e) = (Engine { inner }).notify(conversation, event).await {
+            tracing::warn!(%conversation, %source, error = %e, "a notification was lost");
+        }
+    }
 }
 
 /// The engine. Cheap to clone.
@@ -217,7 +238,7 @@ impl Engine {
         )
         .await?;
         Ok(Engine {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak| Inner {
                 store,
                 provider,
                 tools,
@@ -226,6 +247,7 @@ impl Engine {
                 notifications: Hub::default(),
                 active: Mutex::new(HashMap::new()),
                 instance,
+                notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             }),
         })
     }
@@ -324,31 +346,49 @@ impl Engine {
         if admission == Admission::Dropped {
             return Ok(Notified::Dropped);
         }
-        if wake
-            && !self.is_running(conversation)
-            && self.pending_approval(conversation).await?.is_none()
-        {
-            let leaf = self
-                .inner
-                .store
-                .conversation(conversation)
-                .await?
-                .active_leaf;
-            // The turn's user message carries the notifications (drained
-            // when the turn stores it).
-            let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
-            match self.start_turn(
-                conversation,
-                turn::Start::User(user),
-                TurnOptions::default(),
-            ) {
-                Ok(handle) => return Ok(Notified::Woke(handle)),
-                // A turn started meanwhile: it will deliver them.
-                Err(EngineError::TurnInProgress(_)) => {}
-                Err(e) => return Err(e),
+        if wake && !self.is_running(conversation) {
+            if self.inner.notifications.schedule_wake(conversation) {
+                let (engine, window) = (self.clone(), settings.queue.coalesce_window);
+                tokio::spawn(async move {
+                    tokio::time::sleep(window).await;
+                    engine.inner.notifications.wake_done(conversation);
+                    if let Err(e) = engine.wake(conversation).await {
+                        tracing::warn!(%conversation, error = %e, "could not wake the agent");
+                    }
+                });
             }
+            return Ok(Notified::Waking);
         }
         Ok(Notified::Queued)
+    }
+
+    /// Starts a turn whose input is what waits, unless a turn runs (it
+    /// delivers them), the conversation waits for approvals, or nothing
+    /// waits any more.
+    async fn wake(&self, conversation: ConversationId) -> Result<(), EngineError> {
+        if self.is_running(conversation)
+            || !self.inner.notifications.has_pending(conversation)
+            || self.pending_approval(conversation).await?.is_some()
+        {
+            return Ok(());
+        }
+        let leaf = self
+            .inner
+            .store
+            .conversation(conversation)
+            .await?
+            .active_leaf;
+        // The turn's user message carries the notifications (drained when
+        // the turn stores it).
+        let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
+        match self.start_turn(
+            conversation,
+            turn::Start::User(user),
+            TurnOptions::default(),
+        ) {
+            Ok(_) | Err(EngineError::TurnInProgress(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Tells every conversation this engine has run a turn in about

@@ -25,6 +25,7 @@ pub mod notify;
 pub mod provider;
 pub mod tools;
 mod turn;
+pub mod watch;
 
 pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};

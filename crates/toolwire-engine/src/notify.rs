@@ -67,6 +67,8 @@ pub const NOTIFICATION_TOOL: &str = "_system_notification";
 pub(crate) struct Hub {
     queues: Mutex<HashMap<ConversationId, NotificationQueue>>,
     attached: Mutex<HashSet<ConversationId>>,
+    /// Conversations with a wake scheduled.
+    waking: Mutex<HashSet<ConversationId>>,
 }
 
 impl Hub {
@@ -99,6 +101,21 @@ impl Hub {
         queues.get(&conversation).is_some_and(|q| !q.is_empty())
     }
 
+    /// Schedules a wake; false if one is already scheduled.
+    pub(crate) fn schedule_wake(&self, conversation: ConversationId) -> bool {
+        self.waking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conversation)
+    }
+
+    pub(crate) fn wake_done(&self, conversation: ConversationId) {
+        self.waking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&conversation);
+    }
+
     pub(crate) fn attach(&self, conversation: ConversationId) {
         self.attached
             .lock()
@@ -113,5 +130,87 @@ impl Hub {
             .iter()
             .copied()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use toolwire_core::notification::Admission;
+    use toolwire_core::{FileChange, Priority};
+
+    use super::*;
+
+    fn texts(batch: &Batch) -> Vec<&str> {
+        batch.notices.iter().map(|n| n.text.as_str()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_coalescing_window_runs_on_tokios_clock() {
+        let (hub, config, conv) = (
+            Hub::default(),
+            NotifyConfig::default(),
+            ConversationId::new(),
+        );
+        let file = |p: &str| Incoming::file("file_watcher", p, FileChange::Modified);
+        assert_eq!(hub.push(&config, conv, file("src/a.rs")), Admission::Queued);
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            hub.push(&config, conv, file("src/b.rs")),
+            Admission::Coalesced
+        );
+        // Past two seconds after the line's first event: a new line.
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert_eq!(hub.push(&config, conv, file("src/c.rs")), Admission::Queued);
+        let batch = hub.drain(conv).unwrap();
+        assert_eq!(
+            texts(&batch),
+            [
+                "Multiple files modified: src/a.rs, src/b.rs",
+                "File modified: src/c.rs"
+            ]
+        );
+        assert!(hub.drain(conv).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_refills_on_tokios_clock() {
+        let config = NotifyConfig {
+            burst: 3,
+            per_second: 1.0,
+            ..NotifyConfig::default()
+        };
+        let (hub, conv) = (Hub::default(), ConversationId::new());
+        let ci = |t: &str| Incoming::text("ci", Priority::Normal, t);
+        let kept = (0..10)
+            .filter(|i| hub.push(&config, conv, ci(&format!("event {i}"))) != Admission::Dropped)
+            .count();
+        assert_eq!(kept, 3, "the burst, then nothing");
+        // Draining does not refill the bucket: only time does.
+        let first = hub.drain(conv).unwrap();
+        assert_eq!(texts(&first), ["event 0; event 1; event 2"]);
+        assert_eq!(first.dropped, [("ci".to_owned(), 7)]);
+        assert_eq!(hub.push(&config, conv, ci("too soon")), Admission::Dropped);
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        assert_eq!(
+            hub.push(&config, conv, ci("a second later")),
+            Admission::Queued
+        );
+        let second = hub.drain(conv).unwrap();
+        assert_eq!(texts(&second), ["a second later"]);
+        assert_eq!(second.dropped, [("ci".to_owned(), 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_wake_is_scheduled_at_a_time() {
+        let (hub, conv) = (Hub::default(), ConversationId::new());
+        assert!(hub.schedule_wake(conv));
+        assert!(
+            !hub.schedule_wake(conv),
+            "the scheduled one will deliver both"
+        );
+        hub.wake_done(conv);
+        assert!(hub.schedule_wake(conv));
     }
 }

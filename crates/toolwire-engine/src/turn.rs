@@ -763,6 +763,7 @@ impl Turn<'_> {
                     cancel: self.cancel.child_token(),
                     progress: ProgressHandle::new(call.id.clone(), progress_tx.clone()),
                     client_id: self.options.client_id.clone(),
+                    notifier: self.inner.notifier.clone(),
                 };
                 let call_id = call.id.clone();
                 let task = running.spawn(async move {

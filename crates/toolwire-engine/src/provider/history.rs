@@ -41,6 +41,7 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
                 } = block
                 {
                     let content = match &notifications {
+                        Some(block) if content.is_empty() => block.clone(),
                         Some(block) => format!("{content}\n\n{block}"),
                         None => content.clone(),
                     };

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolwire_core::{ConversationId, Message, Progress, RunId, ToolCallId};
+use toolwire_core::{ConversationId, Incoming, Message, Progress, RunId, ToolCallId};
 
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +110,54 @@ impl ProgressHandle {
     }
 }
 
+/// Where a tool sends notifications that outlive its call (a background
+/// task's completion). The engine provides one to every call; it does not
+/// keep the engine alive.
+#[async_trait]
+pub trait NotificationSink: Send + Sync {
+    /// Tells the agent of `conversation` about `event` (queued for its next
+    /// tool result or turn; a source set to wake the agent may start a
+    /// turn). Failures are the sink's to log.
+    async fn notify(&self, conversation: ConversationId, event: Incoming);
+}
+
+/// A tool's handle on a [`NotificationSink`]: cheap to clone, and a no-op
+/// when the call has no engine behind it ([`ToolContext::detached`]).
+#[derive(Clone, Default)]
+pub struct Notifier(Option<Arc<dyn NotificationSink>>);
+
+impl Notifier {
+    pub fn new(sink: Arc<dyn NotificationSink>) -> Self {
+        Notifier(Some(sink))
+    }
+
+    /// A notifier that discards everything.
+    pub fn none() -> Self {
+        Notifier(None)
+    }
+
+    /// Whether notifications reach anyone.
+    pub fn is_connected(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub async fn notify(&self, conversation: ConversationId, event: Incoming) {
+        if let Some(sink) = &self.0 {
+            sink.notify(conversation, event).await;
+        }
+    }
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_connected() {
+            "Notifier(connected)"
+        } else {
+            "Notifier(none)"
+        })
+    }
+}
+
 /// What a tool knows about its call.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -124,6 +172,8 @@ pub struct ToolContext {
     pub progress: ProgressHandle,
     /// The front-door client that started the turn, if known.
     pub client_id: Option<String>,
+    /// Notifications to send later (after the call has returned).
+    pub notifier: Notifier,
 }
 
 impl ToolContext {
@@ -139,6 +189,7 @@ impl ToolContext {
             iteration: 1,
             cancel: CancellationToken::new(),
             client_id: None,
+            notifier: Notifier::none(),
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Workspace;
-use super::common::{atomic_write, io_error, parse_args, report_location, spec};
+use super::common::{io_error, parse_args, report_location, spec, tracked_write};
 use super::diff::{self, Text};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
@@ -80,7 +80,7 @@ impl Tool for ApplyDiff {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(io)?;
         }
-        atomic_write(&path, applied.text.render().as_bytes())
+        tracked_write(&self.workspace, &path, applied.text.render().as_bytes())
             .await
             .map_err(io)?;
 

@@ -69,6 +69,28 @@ pub(crate) fn floor_char_boundary(s: &str, max: usize) -> usize {
     i
 }
 
+/// The suffix of [`atomic_write`]'s temporary files (the file watcher
+/// ignores them).
+pub(crate) const TMP_SUFFIX: &str = ".toolwire-tmp";
+
+/// [`atomic_write`], recorded in the workspace's [`OwnWrites`] first so the
+/// file watcher knows the change is the agent's own.
+///
+/// [`OwnWrites`]: crate::watch::OwnWrites
+pub(crate) async fn tracked_write(
+    workspace: &Workspace,
+    path: &Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    workspace.own_writes().record(path, bytes);
+    let result = atomic_write(path, bytes).await;
+    if result.is_err() {
+        // The file kept its old content (the write is atomic).
+        workspace.own_writes().forget(path);
+    }
+    result
+}
+
 /// Writes `bytes` to a temporary file next to `path` and renames it over
 /// `path`, so readers never see a half-written file and a failed write
 /// leaves the old content. An existing file's permissions are kept.
@@ -80,7 +102,7 @@ pub(crate) async fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(
-        ".{name}.{}.{}.toolwire-tmp",
+        ".{name}.{}.{}{TMP_SUFFIX}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));

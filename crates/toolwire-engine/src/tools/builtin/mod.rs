@@ -25,6 +25,8 @@ pub use search::Search;
 pub use workspace::Workspace;
 pub use write_file::WriteFile;
 
+pub(crate) use common::TMP_SUFFIX;
+
 use super::Tool;
 
 /// Every built-in tool, sharing one workspace.

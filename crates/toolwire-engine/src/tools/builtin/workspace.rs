@@ -3,17 +3,24 @@
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use crate::tools::ToolError;
+use crate::watch::OwnWrites;
 
 /// A directory the built-in tools may not leave.
 ///
 /// The root is canonical, so a resolved path is inside the workspace exactly
 /// when it starts with the root: no symlink or `..` can hide in the root
 /// itself.
+///
+/// It also keeps the [`OwnWrites`] registry: what the file tools wrote,
+/// so that the file watcher does not report the agent's own writes back to
+/// it as outside changes. Clones share it.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    own_writes: Arc<OwnWrites>,
 }
 
 impl Workspace {
@@ -29,11 +36,19 @@ impl Workspace {
                 given.display()
             )));
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            own_writes: Arc::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// What the built-in tools wrote here (shared with the file watcher).
+    pub fn own_writes(&self) -> &Arc<OwnWrites> {
+        &self.own_writes
     }
 
     /// Turns a path from the model into one inside the root, or refuses.

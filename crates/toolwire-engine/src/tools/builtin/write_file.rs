@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Workspace;
-use super::common::{atomic_write, io_error, parse_args, report_location, spec};
+use super::common::{io_error, parse_args, report_location, spec, tracked_write};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub struct WriteFile {
@@ -67,7 +67,7 @@ impl Tool for WriteFile {
             // the root, so creating them cannot leave it.
             tokio::fs::create_dir_all(parent).await.map_err(io)?;
         }
-        atomic_write(&path, args.content.as_bytes())
+        tracked_write(&self.workspace, &path, args.content.as_bytes())
             .await
             .map_err(io)?;
         let verb = if existed { "overwrote" } else { "created" };
