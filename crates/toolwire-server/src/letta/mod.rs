@@ -4,6 +4,7 @@ pub mod agents;
 pub mod approvals;
 pub mod ids;
 pub mod messages;
+pub mod notifications;
 pub mod page;
 pub mod render;
 pub mod tools;
@@ -43,4 +44,5 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/v1/agents/{id}/messages/stream", post(messages::stream))
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
+        .route("/v1/agents/{id}/notifications", post(notifications::create))
 }

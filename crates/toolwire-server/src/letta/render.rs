@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use toolwire_core::{
     AgentEvent, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval,
-    ResolvedApproval, Role, RunId, StopReason, ToolCall, ToolCallId, Usage,
+    ResolvedApproval, Role, RunId, StopReason, ToolCall, ToolCallId, Usage, format_block,
 };
 
 use crate::letta::ids::message_id;
@@ -144,10 +144,15 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
             base("system_message", id, date, None),
             json!({"content": m.text()}),
         )),
-        Role::User => out.push(with(
-            base("user_message", id, date, None),
-            json!({"content": m.text()}),
-        )),
+        Role::User => {
+            let text = m.text();
+            if !text.is_empty() {
+                out.push(with(
+                    base("user_message", id, date, None),
+                    json!({"content": text}),
+                ));
+            }
+        }
         Role::Assistant => {
             for block in &m.content {
                 match block {
@@ -216,6 +221,14 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
                 }
             }
         }
+    }
+    // Notifications delivered with this message: Letta shows them as a
+    // system message.
+    if let Some(block) = format_block(&m.content) {
+        out.push(with(
+            base("system_message", id, date, None),
+            json!({"content": block}),
+        ));
     }
     out
 }
@@ -421,6 +434,12 @@ impl LiveRenderer {
                     }
                 }
             }
+            AgentEvent::NotificationsInjected {
+                message_id, text, ..
+            } => out.push(with(
+                self.now_base("system_message", *message_id),
+                json!({"content": text}),
+            )),
             AgentEvent::UserInterjection { message, .. } => {
                 out.push(with(
                     base("user_message", message.id, message.created_at, run),
