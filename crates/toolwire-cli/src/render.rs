@@ -118,6 +118,19 @@ impl Renderer {
                 self.running = None;
                 say!("  ✗ {error}");
             }
+            AgentEvent::NotificationsInjected { notices, .. } => {
+                self.clear_spinner();
+                self.line_break();
+                for n in notices {
+                    say!("  ⟡ [{}] {}", n.source, n.text);
+                }
+            }
+            AgentEvent::ApprovalRequested { calls, .. } => {
+                self.line_break();
+                for c in calls.iter().filter(|c| c.gate.is_some()) {
+                    say!("  ⏸ {} waits for approval", c.call.name);
+                }
+            }
             AgentEvent::UserInterjection { message, .. } => {
                 self.line_break();
                 say!("» you (during the turn): {}", message.text());
