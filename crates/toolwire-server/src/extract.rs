@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 
 /// A JSON body. An empty body reads as `{}` (Letta's SDKs send none on
-/// some PATCH and POST calls).
+/// some PATCH and POST calls). Text with a NUL character (U+0000) is
+/// refused: PostgreSQL cannot store it, and stored text must not depend on
+/// the backend.
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
@@ -31,6 +33,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         } else {
             &bytes
         };
+        if has_nul(text) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_BODY",
+                "the request body is not valid: text may not contain the NUL character (\\u0000)",
+            ));
+        }
         serde_json::from_slice(text).map(Body).map_err(|e| {
             ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -39,6 +48,23 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             )
         })
     }
+}
+
+/// Whether the JSON `text` has a string (or key) with U+0000 in it. JSON
+/// can only write it as the escape `\u0000`, so only a body with that
+/// escape is parsed to look closer (`\\u0000` is a backslash and "u0000").
+fn has_nul(text: &[u8]) -> bool {
+    fn walk(value: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().any(walk),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || walk(v)),
+            _ => false,
+        }
+    }
+    text.windows(6).any(|w| w == b"\\u0000")
+        && serde_json::from_slice::<serde_json::Value>(text).is_ok_and(|v| walk(&v))
 }
 
 /// A query string.

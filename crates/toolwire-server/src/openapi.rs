@@ -134,7 +134,7 @@ const OPERATIONS: &[Operation] = &[
         "send_message_streaming",
         "As send_message, as a server-sent event stream",
         Some("LettaRequest"),
-        "LettaStream",
+        "LettaStreamEvent",
     ),
     (
         "post",
@@ -143,6 +143,15 @@ const OPERATIONS: &[Operation] = &[
         "Cancel the running turn and clear a waiting approval",
         Some("CancelRequest"),
         "CancelResponse",
+    ),
+    (
+        "post",
+        "/v1/agents/{agent_id}/notifications",
+        "notify_agent",
+        "Tell the agent about something: it arrives with the next tool result \
+         (or starts a turn, for a waking source)",
+        Some("NotificationRequest"),
+        "NotificationResponse",
     ),
 ];
 
@@ -154,21 +163,106 @@ fn object(properties: Value, required: &[&str]) -> Value {
     json!({"type": "object", "properties": properties, "required": required})
 }
 
+/// `schema`, or `null` (the server reads every optional field of a request
+/// as absent when it is `null`).
+fn nullable(schema: Value) -> Value {
+    json!({"anyOf": [schema, {"type": "null"}]})
+}
+
+fn string() -> Value {
+    json!({"type": "string"})
+}
+
+fn strings() -> Value {
+    json!({"type": "array", "items": {"type": "string"}})
+}
+
+/// A whole number from 0 to `max`.
+fn unsigned(max: u64) -> Value {
+    json!({"type": "integer", "minimum": 0, "maximum": max})
+}
+
+fn timestamp() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+/// The query parameters of operation `id`, beyond its path.
+fn query_parameters(id: &str) -> Vec<Value> {
+    let param = |name: &str, schema: Value, description: &str| json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description});
+    let page = || {
+        vec![
+            param("after", string(), "Items strictly after this id"),
+            param("before", string(), "Items strictly before this id"),
+            param(
+                "limit",
+                unsigned(u64::MAX),
+                "At most this many items (0 counts as 1)",
+            ),
+            param(
+                "order",
+                json!({"type": "string", "enum": ["asc", "desc"]}),
+                "By creation: oldest (asc) or newest (desc) first",
+            ),
+        ]
+    };
+    match id {
+        "list_tools" => {
+            let mut params = page();
+            params.push(param("name", string(), "Only the tool of this name"));
+            params.push(param(
+                "search",
+                string(),
+                "Only tools whose name contains this (any case)",
+            ));
+            params
+        }
+        "list_agents" => {
+            let mut params = page();
+            params.push(param("name", string(), "Only agents of this name"));
+            params.push(param("tags", string(), "Only agents with this tag"));
+            params
+        }
+        "list_messages" => page(),
+        "modify_approval" => vec![param(
+            "requires_approval",
+            json!({"type": "boolean"}),
+            "As the body's requires_approval, which wins",
+        )],
+        _ => Vec::new(),
+    }
+}
+
 fn schemas() -> Value {
     let message = json!({
         "type": "object",
         "description": "A Letta message, discriminated by message_type",
         "properties": {
             "id": {"type": "string"},
-            "date": {"type": "string", "format": "date-time"},
+            "date": timestamp(),
             "message_type": {"type": "string", "enum": [
                 "system_message", "user_message", "reasoning_message", "assistant_message",
                 "tool_call_message", "tool_return_message", "approval_request_message",
                 "approval_response_message", "stop_reason", "usage_statistics",
                 "error_message", "ping"
             ]},
+            "run_id": {"type": ["string", "null"]},
         },
         "required": ["message_type"],
+    });
+    // A user message (`type` absent or `message`), an approval answer or
+    // client tool results; other types are refused.
+    let message_create = json!({
+        "type": "object",
+        "properties": {
+            "type": {"type": "string", "enum": ["message", "approval", "tool_return"]},
+            "role": {"type": "string", "enum": ["user", "system"], "default": "user"},
+            "content": {"anyOf": [{"type": "string"}, {"type": "array"}],
+                        "description": "A string, or parts whose `text` counts; required by a user message"},
+            "approvals": {"type": "array", "items": {"type": "object"}},
+            "approve": {"type": "boolean"},
+            "reason": {"type": "string"},
+            "tool_returns": {"type": "array", "items": {"type": "object"}},
+        },
     });
     json!({
         "Empty": {"type": "object"},
@@ -181,92 +275,192 @@ fn schemas() -> Value {
         "Tool": object(json!({
             "id": {"type": "string"}, "name": {"type": "string"},
             "description": {"type": "string"}, "json_schema": {"type": "object"},
-            "tags": {"type": "array", "items": {"type": "string"}},
+            "args_json_schema": {"type": ["object", "null"]},
+            "tags": strings(),
             "default_requires_approval": {"type": "boolean"},
             "source_code": {"type": ["string", "null"]},
             "source_type": {"type": ["string", "null"]},
-            "tool_type": {"type": "string"},
-        }), &["id", "name"]),
+            "tool_type": {"type": "string", "description": "Letta's ToolType: `custom` (Python source), `letta_builtin` (toolwire's own tools) or `external_mcp`"},
+            "return_char_limit": nullable(unsigned(u64::MAX)),
+            "metadata_": {"description": "As the client gave it"},
+            "created_at": timestamp(),
+            "updated_at": timestamp(),
+        }), &["id", "name", "description", "json_schema", "tags", "tool_type", "created_at", "updated_at"]),
         "ToolList": {"type": "array", "items": schema_ref("Tool")},
         "ToolCreate": object(json!({
-            "source_code": {"type": "string"}, "description": {"type": "string"},
-            "json_schema": {"type": "object"}, "args_json_schema": {"type": "object"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "default_requires_approval": {"type": "boolean"},
-            "source_type": {"type": "string", "enum": ["python"]},
+            "source_code": {"type": "string", "description": "Python; the tool is its last top-level function"},
+            "name": nullable(string()),
+            "description": nullable(string()),
+            "json_schema": nullable(json!({"type": "object"})),
+            "args_json_schema": nullable(json!({"type": "object"})),
+            "tags": nullable(strings()),
+            "default_requires_approval": nullable(json!({"type": "boolean"})),
+            "source_type": nullable(json!({"type": "string", "enum": ["python"]})),
+            "return_char_limit": nullable(unsigned(u64::MAX)),
         }), &["source_code"]),
         "ToolUpdate": object(json!({
-            "source_code": {"type": "string"}, "description": {"type": "string"},
-            "json_schema": {"type": "object"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "default_requires_approval": {"type": "boolean"},
+            "source_code": nullable(string()),
+            "name": nullable(string()),
+            "description": nullable(string()),
+            "json_schema": nullable(json!({"type": "object"})),
+            "args_json_schema": nullable(json!({"type": "object"})),
+            "tags": nullable(strings()),
+            "default_requires_approval": nullable(json!({"type": "boolean"})),
+            "source_type": nullable(json!({"type": "string", "enum": ["python"]})),
+            "return_char_limit": nullable(unsigned(u64::MAX)),
         }), &[]),
         "AgentState": object(json!({
             "id": {"type": "string"}, "name": {"type": "string"},
+            "description": {"type": ["string", "null"]},
             "system": {"type": "string"}, "model": {"type": "string"},
+            "agent_type": {"type": "string"},
+            "llm_config": {"type": "object"},
             "tools": schema_ref("ToolList"),
-            "tool_rules": {"type": "array", "items": {"type": "object"}},
+            "tool_ids": strings(),
+            "tool_rules": {"type": "array"},
+            "tags": strings(),
+            "memory": {"type": "object"},
+            "blocks": {"type": "array"},
             "conversation_id": {"type": "string", "format": "uuid"},
-            "approval_timeout_seconds": {"type": ["integer", "null"]},
-        }), &["id", "name", "conversation_id"]),
+            "approvals": {"type": "object", "additionalProperties": {"type": "boolean"}},
+            "approval_timeout_seconds": nullable(unsigned(u64::MAX)),
+            "created_at": timestamp(),
+            "updated_at": timestamp(),
+        }), &["id", "name", "system", "model", "tools", "tool_ids", "tool_rules", "tags", "conversation_id", "created_at", "updated_at"]),
         "AgentList": {"type": "array", "items": schema_ref("AgentState")},
         "AgentCreate": object(json!({
-            "name": {"type": "string"}, "system": {"type": "string"},
-            "model": {"type": "string"},
-            "tool_ids": {"type": "array", "items": {"type": "string"}},
-            "tools": {"type": "array", "items": {"type": "string"}},
-            "tool_rules": {"type": "array", "items": {"type": "object"}},
-            "include_base_tools": {"type": "boolean", "default": true},
-            "approval_timeout_seconds": {"type": "integer"},
+            "name": nullable(string()), "system": nullable(string()),
+            "description": nullable(string()),
+            "model": nullable(string()),
+            "tool_ids": nullable(strings()),
+            "tools": nullable(json!({"type": "array", "items": {"type": "string"}, "description": "Tool names"})),
+            "tool_rules": nullable(json!({"type": "array", "items": {"type": "object"}})),
+            "include_base_tools": nullable(json!({"type": "boolean", "default": true})),
+            "tags": nullable(strings()),
+            "memory_blocks": nullable(json!({"type": "array"})),
+            "approval_timeout_seconds": nullable(unsigned(u64::MAX)),
         }), &[]),
-        "ApprovalSetting": object(json!({"requires_approval": {"type": "boolean"}}), &["requires_approval"]),
+        // `requires_approval` may come in the query instead (the body wins).
+        "ApprovalSetting": object(json!({
+            "requires_approval": {"type": "boolean"},
+        }), &["requires_approval"]),
         "LettaMessage": message,
         "MessageList": {"type": "array", "items": schema_ref("LettaMessage")},
-        "LettaRequest": object(json!({
-            "messages": {"type": "array", "items": {"type": "object"}},
-            "input": {"oneOf": [{"type": "string"}, {"type": "array"}]},
-            "max_steps": {"type": "integer"},
-            "client_tools": {"type": "array", "items": object(json!({
-                "name": {"type": "string"}, "description": {"type": "string"},
-                "parameters": {"type": "object"},
-            }), &["name"])},
-            "include_return_message_types": {"type": "array", "items": {"type": "string"}},
-            "stream_tokens": {"type": "boolean"},
-            "include_pings": {"type": "boolean"},
-            "streaming": {"type": "boolean"},
-        }), &[]),
+        "MessageCreate": message_create,
+        "LettaRequest": letta_request(),
+        "StopReason": object(json!({
+            "message_type": {"const": "stop_reason"},
+            "stop_reason": {"type": "string", "enum": [
+                "end_turn", "max_steps", "cancelled", "llm_api_error", "requires_approval", "error"
+            ]},
+        }), &["message_type", "stop_reason"]),
         "LettaResponse": object(json!({
             "messages": schema_ref("MessageList"),
-            "stop_reason": {"type": "object"},
-            "usage": {"type": "object"},
+            "stop_reason": schema_ref("StopReason"),
+            "usage": object(json!({"message_type": {"const": "usage_statistics"}}), &["message_type"]),
         }), &["messages", "stop_reason", "usage"]),
-        "LettaStream": {"type": "string", "description": "text/event-stream: one LettaMessage per data line, then [DONE]"},
-        "CancelRequest": object(json!({"run_ids": {"type": "array", "items": {"type": "string"}}}), &[]),
-        "CancelResponse": {"type": "object"},
+        // One server-sent event (what a client parses from the stream).
+        "LettaStreamEvent": object(json!({
+            "data": {"anyOf": [
+                {
+                    "type": "string",
+                    "description": "A LettaMessage as JSON",
+                    "contentMediaType": "application/json",
+                    "contentSchema": schema_ref("LettaMessage"),
+                },
+                {"const": "[DONE]", "description": "The end of the stream"},
+            ]},
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+        }), &["data"]),
+        "CancelRequest": object(json!({"run_ids": nullable(strings())}), &[]),
+        "NotificationRequest": object(json!({
+            "source": nullable(json!({"type": "string"})),
+            "text": {"type": "string", "minLength": 1},
+            "priority": nullable(json!({"type": "string", "enum": ["low", "normal", "high"]})),
+        }), &["text"]),
+        "NotificationResponse": object(json!({
+            "status": {"type": "string", "enum": ["queued", "waking", "dropped"]},
+        }), &["status"]),
+        "CancelResponse": object(json!({
+            "status": {"type": "string", "enum": ["cancelled", "nothing_to_cancel"]},
+            "cancelled_run": {"type": "boolean"},
+            "cleared_approval": {"type": "boolean"},
+        }), &["status", "cancelled_run", "cleared_approval"]),
     })
+}
+
+/// The body of a send: something to send (messages or input) is required;
+/// a request whose messages hold no text, approval or tool result is still
+/// refused (400).
+fn letta_request() -> Value {
+    let mut request = object(
+        json!({
+            "messages": nullable(json!({"type": "array", "items": schema_ref("MessageCreate")})),
+            "input": nullable(json!({"anyOf": [{"type": "string"}, {"type": "array"}]})),
+            "max_steps": nullable(unsigned(u32::MAX.into())),
+            "client_tools": nullable(json!({"type": "array", "items": object(json!({
+                "name": {"type": "string"}, "description": nullable(string()),
+                "parameters": {"description": "JSON schema of the arguments"},
+            }), &["name"])})),
+            "include_return_message_types": nullable(strings()),
+            "stream_tokens": nullable(json!({"type": "boolean"})),
+            "include_pings": nullable(json!({"type": "boolean"})),
+            "streaming": nullable(json!({"type": "boolean"})),
+        }),
+        &[],
+    );
+    request["anyOf"] = json!([
+        {"required": ["messages"], "properties": {"messages": {"type": "array", "minItems": 1}}},
+        {"required": ["input"], "properties": {"input": {"anyOf": [
+            {"type": "string", "minLength": 1}, {"type": "array", "minItems": 1},
+        ]}}},
+    ]);
+    request["examples"] = json!([
+        {"messages": [{"role": "user", "content": "What is in this directory?"}]},
+        {"input": "Hello", "stream_tokens": true},
+        {"messages": [{"type": "approval", "approve": true}]},
+    ]);
+    request
+}
+
+/// The media types of an operation's 200 response.
+fn ok_content(id: &str, response: &str) -> Value {
+    let json = json!({"schema": schema_ref(response)});
+    // The schema of a `text/event-stream` is that of each event (as OpenAPI
+    // 3.2's itemSchema).
+    let stream = json!({"schema": schema_ref("LettaStreamEvent")});
+    match id {
+        "send_message" => json!({"application/json": json, "text/event-stream": stream}),
+        "send_message_streaming" => json!({"text/event-stream": stream}),
+        _ => json!({"application/json": json}),
+    }
 }
 
 /// The document.
 pub(crate) fn build() -> Value {
     let mut paths = Map::new();
     for (method, path, id, summary, request, response) in OPERATIONS {
-        let params: Vec<Value> = path
+        let mut params: Vec<Value> = path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
             .collect();
+        params.extend(query_parameters(id));
         let mut op = json!({
             "operationId": id,
             "summary": summary,
             "parameters": params,
             "responses": {
-                "200": {"description": "OK", "content": {"application/json": {"schema": schema_ref(response)}}},
+                "200": {"description": "OK", "content": ok_content(id, response)},
                 "default": {"description": "An error", "content": {"application/json": {"schema": schema_ref("Error")}}},
             },
         });
         if let Some(request) = request {
-            op["requestBody"] =
-                json!({"content": {"application/json": {"schema": schema_ref(request)}}});
+            op["requestBody"] = json!({
+                "required": *id == "modify_approval",
+                "content": {"application/json": {"schema": schema_ref(request)}},
+            });
         }
         if let Value::Object(entry) = paths.entry(path.to_string()).or_insert_with(|| json!({})) {
             entry.insert(method.to_string(), op);

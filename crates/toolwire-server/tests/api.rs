@@ -631,3 +631,94 @@ async fn the_openapi_document_lists_every_route() {
     }
     s.stop().await;
 }
+
+/// Edges the schema-driven fuzz run of `scripts/test` led to: text with
+/// U+0000 (which PostgreSQL cannot store: a 500 there) is refused up front
+/// on every backend, and an approval timeout too long for a date never
+/// fires (u64::MAX used to wrap to "at once", and a timeout past chrono's
+/// range panicked the task that watches the pause).
+#[tokio::test]
+async fn nul_text_is_refused_and_huge_timeouts_never_fire() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(&dir, CALLS_DICE).await;
+    let (status, body) = s
+        .call("POST", "/v1/agents", Some(json!({"name": "a\u{0}b"})))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "INVALID_BODY");
+    assert!(body["message"].as_str().unwrap().contains("NUL"), "{body}");
+    // A backslash followed by "u0000" is no NUL.
+    let (status, agent) = s
+        .call("POST", "/v1/agents", Some(json!({"name": "a\\u0000b"})))
+        .await;
+    assert_eq!(status, 200, "{agent}");
+    assert_eq!(agent["name"], "a\\u0000b");
+
+    let first = agent_with_dice(&s, true).await;
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/v1/agents/{first}/messages"),
+            Some(user("roll\u{0}")),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = s
+        .call(
+            "PATCH",
+            &format!("/v1/agents/{first}"),
+            Some(json!({"approval_timeout_seconds": u64::MAX})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, tools) = s.call("GET", "/v1/tools?name=roll_dice", None).await;
+    let (status, second) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({
+                "tool_ids": [tools[0]["id"]],
+                "include_base_tools": false,
+                "tool_rules": [{"type": "requires_approval", "tool_name": "roll_dice"}],
+                "approval_timeout_seconds": i64::MAX / 1000 + 1,
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let second = second["id"].as_str().unwrap().to_owned();
+    for agent in [&first, &second] {
+        let (_, paused) = s
+            .call(
+                "POST",
+                &format!("/v1/agents/{agent}/messages"),
+                Some(user("roll")),
+            )
+            .await;
+        assert_eq!(paused["stop_reason"]["stop_reason"], "requires_approval");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for agent in [&first, &second] {
+        let (_, history) = s
+            .call("GET", &format!("/v1/agents/{agent}/messages"), None)
+            .await;
+        assert_eq!(
+            history[0]["message_type"], "approval_request_message",
+            "{history}"
+        );
+    }
+    // The server is still whole: a pause can still be answered.
+    let (_, answered) = s
+        .call(
+            "POST",
+            &format!("/v1/agents/{second}/messages"),
+            Some(json!({
+                "messages": [{"type": "approval", "approve": true}]
+            })),
+        )
+        .await;
+    assert_eq!(
+        answered["stop_reason"]["stop_reason"], "end_turn",
+        "{answered}"
+    );
+    s.stop().await;
+}

@@ -41,7 +41,15 @@ async fn watch(state: &AppState, agent_id: &str) -> Result<bool, crate::error::A
     let Some(pending) = state.engine.pending_approval(agent.conversation_id).await? else {
         return Ok(false);
     };
-    let deadline = pending.created_at + chrono::Duration::seconds(seconds as i64);
+    // A timeout too long for a date (up to u64::MAX seconds are accepted)
+    // never comes.
+    let Some(deadline) = i64::try_from(seconds)
+        .ok()
+        .and_then(chrono::Duration::try_seconds)
+        .and_then(|timeout| pending.created_at.checked_add_signed(timeout))
+    else {
+        return Ok(false);
+    };
     let wait = (deadline - chrono::Utc::now())
         .to_std()
         .unwrap_or(Duration::ZERO);
