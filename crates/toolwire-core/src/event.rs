@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::{Decision, GatedCall};
-use crate::notification::Notice;
 use crate::ids::{ConversationId, MessageId, RunId, ToolCallId};
 use crate::message::{Message, Usage};
+use crate::notification::Notice;
 
 /// Why a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

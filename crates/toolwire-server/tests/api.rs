@@ -722,3 +722,73 @@ async fn nul_text_is_refused_and_huge_timeouts_never_fire() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn python_tools_that_crash_or_hang_are_tool_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+turns:
+  - steps:
+      - tool_calls:
+          - {id: call_crash, name: crash, arguments: {}}
+          - {id: call_hang, name: hang, arguments: {}}
+      - text: "Both failed."
+"#;
+    let settings = ServerSettings {
+        python: toolwire_engine::tools::python::PythonLimits {
+            timeout: Duration::from_secs(1),
+            ..Default::default()
+        },
+        ..ServerSettings::default()
+    };
+    let s = Server::start(&dir.path().join("t.db"), script, settings).await;
+    // An invalid schema is refused when the tool is made.
+    let (status, body) = s
+        .call(
+            "POST",
+            "/v1/tools",
+            Some(json!({"source_code": "def f(x):\n    return x\n", "json_schema": {"parameters": "nope"}})),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let mut ids = Vec::new();
+    for source in [
+        "def crash() -> str:\n    \"\"\"Crashes.\"\"\"\n    raise ValueError('no dice')\n",
+        "def hang() -> str:\n    \"\"\"Hangs.\"\"\"\n    import time\n    time.sleep(60)\n    return 'never'\n",
+    ] {
+        let (status, tool) = s
+            .call("POST", "/v1/tools", Some(json!({"source_code": source})))
+            .await;
+        assert_eq!(status, 200, "{tool}");
+        ids.push(tool["id"].clone());
+    }
+    let (_, agent) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({"tool_ids": ids, "include_base_tools": false})),
+        )
+        .await;
+    let messages = format!("/v1/agents/{}/messages", agent["id"].as_str().unwrap());
+    let (status, reply) = s.call("POST", &messages, Some(user("go"))).await;
+    assert_eq!(status, 200, "{reply}");
+    let returns: Vec<&Value> = reply["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["message_type"] == "tool_return_message")
+        .collect();
+    assert_eq!(returns.len(), 2);
+    let of = |id: &str| returns.iter().find(|r| r["tool_call_id"] == id).unwrap();
+    assert_eq!(of("call_crash")["status"], "error");
+    let crash = of("call_crash")["tool_return"].as_str().unwrap();
+    assert!(crash.contains("ValueError: no dice"), "{crash}");
+    assert_eq!(of("call_hang")["status"], "error");
+    let hang = of("call_hang")["tool_return"].as_str().unwrap();
+    assert!(hang.contains("timed out after 1 s"), "{hang}");
+    assert_eq!(reply["stop_reason"]["stop_reason"], "end_turn");
+    // The server is unharmed.
+    let (status, _) = s.call("GET", "/v1/agents", None).await;
+    assert_eq!(status, 200);
+    s.stop().await;
+}
