@@ -3,7 +3,8 @@
 //! **Owns** toolwire's domain: ids ([`ids`]), messages and content blocks
 //! ([`message`]), the conversation tree and its rules ([`tree`]), agent
 //! events ([`event`]), paused tool calls ([`approval`]), the notification
-//! queue and block ([`notification`]) and model pricing ([`pricing`]).
+//! queue and block ([`notification`]), tool-call state and the patches
+//! that update it ([`tool_call`]) and model pricing ([`pricing`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -11,7 +12,7 @@
 //! and never remove or rewrite a message.
 //!
 //! **Entry points.** [`Message`], [`ContentBlock`], [`ConversationTree`],
-//! [`AgentEvent`], [`StopReason`], [`PriceTable`].
+//! [`AgentEvent`], [`StopReason`], [`ToolCallTracker`], [`PriceTable`].
 
 pub mod approval;
 pub mod event;
@@ -19,6 +20,7 @@ pub mod ids;
 pub mod message;
 pub mod notification;
 pub mod pricing;
+pub mod tool_call;
 pub mod tree;
 
 pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
@@ -29,4 +31,8 @@ pub use notification::{
     Batch, FileChange, Incoming, Notice, NotificationQueue, NotifyConfig, format_block,
 };
 pub use pricing::{Price, PriceTable};
+pub use tool_call::{
+    TerminalOutput, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker,
+    ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
+};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

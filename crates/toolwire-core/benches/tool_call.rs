@@ -1,0 +1,268 @@
+//! Tool-call updates: bytes on the wire (printed once, before the timings)
+//! and the time of change detection per update.
+//!
+//! Bytes are serde_json lengths of the patch objects, without the front
+//! door's envelope. Targets: a status-only update ≤ 80 bytes; a typical
+//! lifecycle ≥ 80% fewer bytes as patches than as complete objects.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use serde_json::json;
+use toolwire_core::{
+    Location, ToolCallContent, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus,
+    ToolCallTracker, ToolKind, TrackerConfig,
+};
+
+/// An Anthropic-style call id, as long as real ones.
+const ID: &str = "toolu_01A09q90qw90lq917835lq9";
+const PATH: &str = "crates/toolwire-core/src/lib.rs";
+
+fn immediate(complete: bool) -> ToolCallTracker {
+    ToolCallTracker::new(TrackerConfig {
+        complete_objects: complete,
+        ..TrackerConfig::default()
+    })
+}
+
+/// An edit call as a model writes it: a unified diff of about 1.2 KB.
+fn edit_call() -> ToolCallState {
+    let hunks: String = (0..10)
+        .map(|i| {
+            format!(
+                "@@ -{l},3 +{l},3 @@\n fn helper_{i}() {{\n-    old_body_{i}();\n+    new_body_{i}();\n",
+                l = 10 * i + 1
+            )
+        })
+        .collect();
+    let mut s = ToolCallState::new(ID, format!("Edit {PATH}"), ToolKind::Edit);
+    s.raw_input = Some(json!({ "path": PATH, "diff": hunks }));
+    s.locations = vec![Location {
+        path: PATH.into(),
+        line: Some(1),
+    }];
+    s
+}
+
+/// Bytes of one call's life: (announce, updates) and the patch count.
+fn edit_lifecycle(complete: bool) -> (u64, u64, u64) {
+    let mut t = immediate(complete);
+    let now = Instant::now();
+    t.announce(edit_call()).unwrap();
+    let mut sent = 0;
+    let mut send = |t: &mut ToolCallTracker, p: ToolCallPatch| {
+        sent += u64::from(t.update(p, now).unwrap().is_some());
+    };
+    send(
+        &mut t,
+        ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
+    );
+    for i in 0..10u32 {
+        send(
+            &mut t,
+            ToolCallPatch::new(ID)
+                .content(vec![ToolCallContent::text(format!(
+                    "applying hunk {} of 10",
+                    i + 1
+                ))])
+                .locations(vec![Location {
+                    path: PATH.into(),
+                    line: Some(10 * i + 1),
+                }]),
+        );
+    }
+    let old: String = (0..10)
+        .map(|i| format!("fn helper_{i}() {{\n    old_body_{i}();\n}}\n"))
+        .collect();
+    send(
+        &mut t,
+        ToolCallPatch::new(ID)
+            .status(ToolCallStatus::Completed)
+            .content(vec![ToolCallContent::Diff {
+                path: PATH.into(),
+                new_text: old.replace("old_body", "new_body"),
+                old_text: Some(old),
+            }])
+            .raw_output(json!({ "path": PATH, "hunks_applied": 10, "bytes_written": 18342 })),
+    );
+    let m = t.metrics();
+    (m.announce_bytes, m.patch_bytes, sent)
+}
+
+/// A short command: announce, in_progress, 10 chunks of 5 output lines,
+/// completed with its exit code.
+fn command_lifecycle(complete: bool, appended: bool) -> (u64, u64) {
+    let mut t = ToolCallTracker::new(TrackerConfig {
+        complete_objects: complete,
+        appended_output: appended,
+        ..TrackerConfig::default()
+    });
+    let now = Instant::now();
+    let id = ToolCallId::from(ID);
+    let mut s = ToolCallState::new(ID, "Run cargo test -p toolwire-core", ToolKind::Execute);
+    s.raw_input = Some(json!({ "command": "cargo test -p toolwire-core", "cwd": "/work/main" }));
+    s.locations = vec![Location {
+        path: "/work/main".into(),
+        line: None,
+    }];
+    t.announce(s).unwrap();
+    t.update(
+        ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
+        now,
+    )
+    .unwrap();
+    for i in 0..10 {
+        let chunk: String = (0..5)
+            .map(|j| format!("{:<80}\n", format!("test tests::case_{i}_{j} ... ok")))
+            .collect();
+        t.append_output(&id, &chunk, now).unwrap();
+    }
+    t.update(
+        ToolCallPatch::new(ID)
+            .status(ToolCallStatus::Completed)
+            .raw_output(json!({ "exit_code": 0 })),
+        now,
+    )
+    .unwrap();
+    let m = t.metrics();
+    (m.announce_bytes, m.patch_bytes)
+}
+
+/// 35,000 lines of 80 characters, one every `every`, through a
+/// coalescing tracker driven like an async front door.
+fn long_command(appended: bool, every: Duration) -> (u64, u64) {
+    let mut t = ToolCallTracker::new(TrackerConfig {
+        appended_output: appended,
+        ..TrackerConfig::coalescing()
+    });
+    let id = ToolCallId::from(ID);
+    let mut s = ToolCallState::new(ID, "Run make", ToolKind::Execute);
+    s.status = ToolCallStatus::InProgress;
+    t.announce(s).unwrap();
+    let t0 = Instant::now();
+    let mut at = t0;
+    for i in 0..35_000 {
+        t.due(at);
+        t.append_output(&id, &format!("{:<80}\n", format!("line {i}")), at)
+            .unwrap();
+        at += every;
+    }
+    t.update(ToolCallPatch::new(ID).status(ToolCallStatus::Completed), at)
+        .unwrap();
+    while let Some(deadline) = t.next_deadline() {
+        t.due(deadline);
+    }
+    (t.metrics().patch_bytes, t.metrics().updates_sent)
+}
+
+fn report_bytes(_: &mut Criterion) {
+    // (a) status only.
+    let mut t = immediate(false);
+    t.announce(edit_call()).unwrap();
+    let patch = t
+        .update(
+            ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
+            Instant::now(),
+        )
+        .unwrap()
+        .unwrap();
+    let json = serde_json::to_string(&patch).unwrap();
+    println!(
+        "(a) status-only update: {} bytes (target ≤ 80): {json}",
+        json.len()
+    );
+
+    // (b) typical lifecycle, partial vs complete.
+    let (announce, partial, n) = edit_lifecycle(false);
+    let (_, complete, _) = edit_lifecycle(true);
+    println!(
+        "(b) edit lifecycle (announce, in_progress, 10 progress, completed with a diff): \
+         {n} updates; updates {partial} B partial vs {complete} B complete = {:.1}% fewer; \
+         with the {announce} B announce {} vs {} B = {:.1}% fewer (target ≥ 80%)",
+        100.0 * (1.0 - partial as f64 / complete as f64),
+        announce + partial,
+        announce + complete,
+        100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
+    );
+    for appended in [false, true] {
+        let (announce, partial) = command_lifecycle(false, appended);
+        let (_, complete) = command_lifecycle(true, appended);
+        println!(
+            "    command lifecycle ({} output, 50 lines): updates {partial} B partial vs \
+             {complete} B complete = {:.1}% fewer (announce {announce} B)",
+            if appended { "appended" } else { "replaced" },
+            100.0 * (1.0 - partial as f64 / complete as f64),
+        );
+    }
+
+    // (c) 35,000 lines.
+    let output = 35_000 * 81;
+    for every in [Duration::from_micros(200), Duration::from_millis(1)] {
+        for appended in [false, true] {
+            let (bytes, n) = long_command(appended, every);
+            println!(
+                "(c) 35,000 × 80-char lines over {:.0} s, {} output: {n} updates, {bytes} B \
+                 = {:.2} MB ({:.3}× the {output} B of output)",
+                (every * 35_000).as_secs_f64(),
+                if appended { "appended" } else { "replaced" },
+                bytes as f64 / 1e6,
+                bytes as f64 / output as f64,
+            );
+        }
+    }
+}
+
+fn change_detection(c: &mut Criterion) {
+    let before = edit_call();
+    let mut after = before.clone();
+    after.content = vec![ToolCallContent::text("applying hunk 3 of 10")];
+    c.bench_function("diff two states (content changed)", |b| {
+        b.iter(|| black_box(black_box(&before).diff(black_box(&after))))
+    });
+
+    // One update through the tracker: validate, apply, diff, count bytes.
+    // Alternating texts so every update is a real change.
+    let texts = [
+        vec![ToolCallContent::text("applying hunk 3 of 10")],
+        vec![ToolCallContent::text("applying hunk 4 of 10")],
+    ];
+    let mut t = immediate(false);
+    t.announce(edit_call()).unwrap();
+    let now = Instant::now();
+    let mut i = 0usize;
+    c.bench_function("update with one field changed", |b| {
+        b.iter(|| {
+            i += 1;
+            let p = ToolCallPatch::new(ID).content(texts[i % 2].clone());
+            black_box(t.update(p, now).unwrap())
+        })
+    });
+    c.bench_function("update with nothing changed", |b| {
+        b.iter(|| {
+            let p = ToolCallPatch::new(ID).content(texts[i % 2].clone());
+            black_box(t.update(p, now).unwrap())
+        })
+    });
+
+    c.bench_function("two coalesced pushes (buffered, no emission)", |b| {
+        b.iter_batched_ref(
+            || {
+                let mut t = ToolCallTracker::new(TrackerConfig::coalescing());
+                t.announce(edit_call()).unwrap();
+                t
+            },
+            |t| {
+                for text in &texts {
+                    let p = ToolCallPatch::new(ID).content(text.clone());
+                    t.push(p, now).unwrap();
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, report_bytes, change_detection);
+criterion_main!(benches);
