@@ -40,7 +40,9 @@ Ctrl-C cancels the running turn.";
 
 pub async fn run(args: &ChatArgs) -> Result<ExitCode> {
     let settings = args.engine.resolve()?;
-    let engine = settings.engine().await?;
+    // Kept to the end: the file watcher runs as long as `running`.
+    let running = settings.start().await?;
+    let engine = running.engine.clone();
     let conversation = engine.create_conversation(None).await?.id;
     eprintln!(
         "toolwire chat · model {} · {} tools · conversation {conversation}\n\

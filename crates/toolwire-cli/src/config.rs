@@ -18,6 +18,7 @@ use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
 use toolwire_engine::tools::python::PythonLimits;
+use toolwire_engine::watch::{self, WatchHandle};
 use toolwire_engine::{Engine, EngineConfig};
 
 pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
@@ -264,14 +265,18 @@ impl Settings {
         })
     }
 
-    /// The built-in tools, confined to the workspace, and the tools of the
+    /// The workspace root of the built-in tools.
+    pub fn workspace(&self) -> Result<Workspace> {
+        Workspace::new(&self.workspace)
+            .with_context(|| format!("workspace {}", self.workspace.display()))
+    }
+
+    /// The built-in tools, confined to `workspace`, and the tools of the
     /// configured MCP servers (a server that fails to start is logged as a
     /// warning and left out).
-    pub async fn tools(&self) -> Result<ToolRegistry> {
-        let workspace = Workspace::new(&self.workspace)
-            .with_context(|| format!("workspace {}", self.workspace.display()))?;
+    pub async fn tools(&self, workspace: Arc<Workspace>) -> Result<ToolRegistry> {
         let mut registry = ToolRegistry::new();
-        for tool in builtin::all(Arc::new(workspace)) {
+        for tool in builtin::all(workspace) {
             registry.register(tool);
         }
         // connect_all logs each failed server as a warning itself. Servers
@@ -283,8 +288,11 @@ impl Settings {
         Ok(registry)
     }
 
-    /// Opens the store and starts the engine.
-    pub async fn engine(&self) -> Result<Engine> {
+    /// Opens the store, starts the engine and, when notifications are on,
+    /// the file watcher on the workspace (a watcher that cannot start is a
+    /// warning, not an error). Keep the result for as long as the engine
+    /// runs: dropping it stops the watcher.
+    pub async fn start(&self) -> Result<Running> {
         if self.demo {
             eprintln!(
                 "toolwire: no model configured; playing the built-in demo script \
@@ -294,12 +302,40 @@ impl Settings {
         let store = toolwire_store::open(&self.db)
             .await
             .with_context(|| format!("opening the database {}", self.db))?;
-        Ok(Engine::start(
+        let workspace = Arc::new(self.workspace()?);
+        let engine = Engine::start(
             store,
             self.provider()?,
-            self.tools().await?,
+            self.tools(workspace.clone()).await?,
             self.engine.clone(),
         )
-        .await?)
+        .await?;
+        let watcher = if self.engine.notifications.enabled {
+            match watch::start(&engine, &workspace).await {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    tracing::warn!(error = %e, "file changes in the workspace will not be reported");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Running { engine, watcher })
+    }
+}
+
+/// A started engine and what runs beside it: the workspace's file watcher,
+/// which reports outside changes to the agent (stopped when this is
+/// dropped).
+pub struct Running {
+    pub engine: Engine,
+    watcher: Option<WatchHandle>,
+}
+
+impl Running {
+    /// The directory watched for changes, if any.
+    pub fn watching(&self) -> Option<&Path> {
+        self.watcher.as_ref().map(WatchHandle::root)
     }
 }

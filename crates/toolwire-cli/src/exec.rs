@@ -27,7 +27,9 @@ pub struct ExecArgs {
 }
 
 pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
-    let engine = args.engine.resolve()?.engine().await?;
+    // Kept to the end: the file watcher runs as long as `running`.
+    let running = args.engine.resolve()?.start().await?;
+    let engine = running.engine.clone();
     let conversation = match args.conversation {
         Some(id) => {
             engine

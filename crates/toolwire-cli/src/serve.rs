@@ -34,7 +34,9 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     // Refused before the engine starts, so a bad address costs nothing.
     let listener = toolwire_server::bind(args.addr, &server).await?;
-    let engine = settings.engine().await?;
+    // Kept to the end: the file watcher runs as long as `running`.
+    let running = settings.start().await?;
+    let engine = running.engine.clone();
     let addr = listener.local_addr()?;
     eprintln!(
         "toolwire: serving on http://{addr} (model {}, database {})",
@@ -44,6 +46,12 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     eprintln!(
         "toolwire: Letta-compatible API at http://{addr}/v1, OpenAPI at http://{addr}/openapi.json"
     );
+    if let Some(root) = running.watching() {
+        eprintln!(
+            "toolwire: watching {} for changes (told to the agent as notifications)",
+            root.display()
+        );
+    }
     if server.api_keys.is_empty() {
         eprintln!("toolwire: no API keys configured: listening on loopback only");
     }

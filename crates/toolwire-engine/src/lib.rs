@@ -13,7 +13,8 @@
 //!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
 //! `follow`), [`TurnOptions`], [`tools::ToolRegistry`],
-//! [`provider::Provider`].
+//! [`provider::Provider`], [`watch::start`] (the workspace's file watcher,
+//! a notification source).
 
 mod approval;
 mod bus;

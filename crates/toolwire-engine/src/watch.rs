@@ -331,8 +331,7 @@ impl State {
 
     fn watch_root(&mut self) -> Result<(), ::notify::Error> {
         if !self.per_dir {
-            self.watcher
-                .watch(&self.root, RecursiveMode::Recursive)?;
+            self.watcher.watch(&self.root, RecursiveMode::Recursive)?;
         }
         self.add_tree(self.root.clone(), false, Instant::now())
     }

@@ -736,6 +736,7 @@ fn all_returns_every_tool_with_a_schema() {
             ("list_dir".to_owned(), true),
             ("search".to_owned(), true),
             ("run_command".to_owned(), false),
+            ("task_status".to_owned(), true),
         ]
     );
     for tool in &tools {

@@ -3,7 +3,8 @@
 //! Every path argument goes through [`Workspace::resolve`] before any file
 //! is touched, so the sandbox rule lives in one place. `run_command` is the
 //! exception by nature: it confines only its working directory, not what
-//! the shell does.
+//! the shell does. Its background commands live in [`BackgroundTasks`],
+//! shown by `task_status`.
 
 mod apply_diff;
 mod common;
@@ -12,6 +13,7 @@ mod list_dir;
 mod read_file;
 mod run_command;
 mod search;
+mod tasks;
 mod workspace;
 mod write_file;
 
@@ -22,6 +24,7 @@ pub use list_dir::ListDir;
 pub use read_file::ReadFile;
 pub use run_command::RunCommand;
 pub use search::Search;
+pub use tasks::{BackgroundTasks, TaskStatus};
 pub use workspace::Workspace;
 pub use write_file::WriteFile;
 
@@ -29,14 +32,18 @@ pub(crate) use common::TMP_SUFFIX;
 
 use super::Tool;
 
-/// Every built-in tool, sharing one workspace.
+/// Every built-in tool, sharing one workspace (and its record of the
+/// tools' own writes) and one set of background tasks, killed when the
+/// last of these tools is dropped.
 pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
+    let tasks = Arc::new(BackgroundTasks::new());
     vec![
         Arc::new(ReadFile::new(workspace.clone())),
         Arc::new(WriteFile::new(workspace.clone())),
         Arc::new(ApplyDiff::new(workspace.clone())),
         Arc::new(ListDir::new(workspace.clone())),
         Arc::new(Search::new(workspace.clone())),
-        Arc::new(RunCommand::new(workspace)),
+        Arc::new(RunCommand::new(workspace, tasks.clone())),
+        Arc::new(TaskStatus::new(tasks)),
     ]
 }

@@ -1,4 +1,5 @@
-//! `run_command`: a shell command in the workspace, streamed while it runs.
+//! `run_command`: a shell command in the workspace, streamed while it runs,
+//! or started in the background (see `tasks.rs`).
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::Workspace;
 use super::common::{io_error, parse_args, spec};
+use super::tasks::BackgroundTasks;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const DEFAULT_TIMEOUT: u64 = 120;
@@ -23,10 +25,11 @@ const MAX_TIMEOUT: u64 = 3600;
 const TAIL: usize = 64 * 1024;
 /// How long output may still arrive after the shell exits, from children
 /// that inherited its pipes.
-const DRAIN: Duration = Duration::from_millis(500);
+pub(super) const DRAIN: Duration = Duration::from_millis(500);
 
 pub struct RunCommand {
     workspace: Arc<Workspace>,
+    tasks: Arc<BackgroundTasks>,
     spec: ToolSpec,
 }
 
@@ -38,16 +41,21 @@ struct Args {
     cwd: Option<String>,
     #[serde(default)]
     timeout_secs: Option<u64>,
+    #[serde(default)]
+    background: bool,
 }
 
 impl RunCommand {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    /// `tasks` holds the commands started with `background: true` (shared
+    /// with `task_status`); they are killed when it is dropped.
+    pub fn new(workspace: Arc<Workspace>, tasks: Arc<BackgroundTasks>) -> Self {
         let parameters = json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "Shell command, run with `sh -c`."},
                 "cwd": {"type": "string", "description": "Working directory, relative to the workspace root. Default: the root."},
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT, "description": "Kill the command after this many seconds. Default 120."}
+                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT, "description": "Kill the command after this many seconds. Default 120 (in the background: no limit)."},
+                "background": {"type": "boolean", "description": "Run in the background: returns at once with a task id; when the command ends, its exit code and the end of its output come to you as a notification. Default false."}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -55,9 +63,14 @@ impl RunCommand {
         let description = "Runs a shell command (`sh -c`) in the workspace and returns its exit \
             code and combined stdout/stderr (the last 64 KiB). Stdin is empty. The command and \
             everything it started are killed when it finishes, times out or is cancelled, so \
-            background processes do not survive the call.";
+            background processes do not survive the call. With `background: true` it returns \
+            at once with a task id (`task-1`); the command keeps running, also after this turn \
+            ends or is cancelled (only the end of toolwire stops it), its completion (exit \
+            code, last lines of output) is delivered as a notification, and `task_status` shows \
+            it meanwhile.";
         RunCommand {
             workspace,
+            tasks,
             spec: spec("run_command", description, parameters, false),
         }
     }
@@ -71,8 +84,9 @@ impl Tool for RunCommand {
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(arguments)?;
-        let timeout = args.timeout_secs.unwrap_or(DEFAULT_TIMEOUT);
-        if !(1..=MAX_TIMEOUT).contains(&timeout) {
+        if let Some(timeout) = args.timeout_secs
+            && !(1..=MAX_TIMEOUT).contains(&timeout)
+        {
             return Err(ToolError::InvalidArguments(format!(
                 "timeout_secs must be between 1 and {MAX_TIMEOUT}, got {timeout}"
             )));
@@ -89,38 +103,32 @@ impl Tool for RunCommand {
             Err(e) => return Err(io_error(&self.workspace, &cwd, e)),
         }
 
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&args.command)
-            .current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so one signal reaches every process it starts.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolError::Failed(format!("could not start `sh`: {e}")))?;
-        let mut group = GroupKiller(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        );
+        if args.background {
+            // Refused before anything starts.
+            self.tasks.check_capacity()?;
+            let spawned = Spawned::start(&args.command, &cwd)?;
+            let id = self.tasks.start(
+                &args.command,
+                spawned,
+                args.timeout_secs,
+                ctx.conversation_id,
+                ctx.notifier.clone(),
+            );
+            return Ok(ToolOutput::ok(format!(
+                "started `{}` in the background as {id}. Its exit code and the end of its \
+                 output will come as a notification when it ends; `task_status` shows it \
+                 meanwhile.",
+                args.command
+            )));
+        }
+        let timeout = args.timeout_secs.unwrap_or(DEFAULT_TIMEOUT);
+        let Spawned {
+            mut child,
+            mut group,
+            mut rx,
+            readers: _readers,
+        } = Spawned::start(&args.command, &cwd)?;
         ctx.progress.status(format!("Running `{}`", args.command));
-
-        let (tx, mut rx) = mpsc::channel::<String>(64);
-        let _readers = [
-            child
-                .stdout
-                .take()
-                .map(|out| Reader::spawn(out, tx.clone())),
-            child
-                .stderr
-                .take()
-                .map(|err| Reader::spawn(err, tx.clone())),
-        ];
-        drop(tx);
 
         let mut tail = Tail::default();
         let deadline = tokio::time::sleep(Duration::from_secs(timeout));
@@ -167,6 +175,56 @@ impl Tool for RunCommand {
     }
 }
 
+/// A started `sh -c COMMAND`: the child in its own process group, and its
+/// output (stdout and stderr as they come).
+pub(super) struct Spawned {
+    pub(super) child: tokio::process::Child,
+    pub(super) group: GroupKiller,
+    pub(super) rx: mpsc::Receiver<String>,
+    /// Aborted when dropped.
+    pub(super) readers: [Option<Reader>; 2],
+}
+
+impl Spawned {
+    pub(super) fn start(command: &str, cwd: &std::path::Path) -> Result<Spawned, ToolError> {
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so one signal reaches every process it starts.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ToolError::Failed(format!("could not start `sh`: {e}")))?;
+        let group = GroupKiller(
+            child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .map(Pid::from_raw),
+        );
+        let (tx, rx) = mpsc::channel::<String>(64);
+        let readers = [
+            child
+                .stdout
+                .take()
+                .map(|out| Reader::spawn(out, tx.clone())),
+            child
+                .stderr
+                .take()
+                .map(|err| Reader::spawn(err, tx.clone())),
+        ];
+        Ok(Spawned {
+            child,
+            group,
+            rx,
+            readers,
+        })
+    }
+}
+
 fn finish(tail: Tail, status: ExitStatus, lingering: bool) -> ToolOutput {
     use std::os::unix::process::ExitStatusExt;
     let mut text = tail.finish();
@@ -193,10 +251,15 @@ fn finish(tail: Tail, status: ExitStatus, lingering: bool) -> ToolOutput {
 
 /// Kills the command's process group once: on cancel, timeout, the end of
 /// the command, or when the call's future is dropped mid-run.
-struct GroupKiller(Option<Pid>);
+pub(super) struct GroupKiller(Option<Pid>);
 
 impl GroupKiller {
-    fn kill(&mut self) {
+    /// The group, while it has not been killed.
+    pub(super) fn pgid(&self) -> Option<Pid> {
+        self.0
+    }
+
+    pub(super) fn kill(&mut self) {
         if let Some(pgid) = self.0.take() {
             // ESRCH (group already gone) is the normal case after a clean exit.
             let _ = killpg(pgid, Signal::SIGKILL);
@@ -212,7 +275,7 @@ impl Drop for GroupKiller {
 
 /// A pipe reader task, aborted with the call so a pipe held open by an
 /// escaped process cannot keep it alive.
-struct Reader(JoinHandle<()>);
+pub(super) struct Reader(JoinHandle<()>);
 
 impl Reader {
     fn spawn(
@@ -273,27 +336,48 @@ fn unfinished_char(bytes: &[u8]) -> usize {
     0
 }
 
-/// The last [`TAIL`] bytes of the output, and how much came before them.
-#[derive(Default)]
-struct Tail {
+/// The last `cap` bytes of the output ([`TAIL`] by default), and how much
+/// came before them.
+pub(super) struct Tail {
     text: String,
     cut: usize,
+    cap: usize,
+}
+
+impl Default for Tail {
+    fn default() -> Self {
+        Tail::new(TAIL)
+    }
 }
 
 impl Tail {
-    fn push(&mut self, s: &str) {
+    pub(super) fn new(cap: usize) -> Self {
+        Tail {
+            text: String::new(),
+            cut: 0,
+            cap,
+        }
+    }
+
+    pub(super) fn push(&mut self, s: &str) {
         self.text.push_str(s);
         // Trim in batches so a chatty command does not copy on every chunk.
-        if self.text.len() > 2 * TAIL {
+        if self.text.len() > 2 * self.cap {
             self.trim();
         }
     }
 
+    /// The output kept (up to twice the cap), and whether earlier output
+    /// was cut.
+    pub(super) fn text(&self) -> (&str, bool) {
+        (&self.text, self.cut > 0)
+    }
+
     fn trim(&mut self) {
-        if self.text.len() <= TAIL {
+        if self.text.len() <= self.cap {
             return;
         }
-        let excess = self.text.len() - TAIL;
+        let excess = self.text.len() - self.cap;
         let mut at = excess;
         while !self.text.is_char_boundary(at) {
             at += 1;
@@ -309,7 +393,7 @@ impl Tail {
         }
         // Start at a line so the first shown line is whole.
         let start = self.text.find('\n').map_or(0, |i| i + 1);
-        let start = if start > TAIL / 2 { 0 } else { start };
+        let start = if start > self.cap / 2 { 0 } else { start };
         let cut = self.cut + start;
         let kept = self.text.len() - start;
         format!(
