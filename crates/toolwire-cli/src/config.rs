@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use toolwire_core::PriceTable;
+use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
 use toolwire_engine::provider::{
     AnthropicProvider, HttpSettings, OpenAiProvider, Provider, RetryPolicy, Script,
     ScriptedProvider, ToolFormat, anthropic, openai, scripted,
@@ -105,6 +106,61 @@ struct FileConfig {
     python_timeout_seconds: Option<u64>,
     /// Memory a Python-source tool may use, in MiB (default 512).
     python_memory_mb: Option<u64>,
+    /// `[notifications]`: how events reach the agent while it works.
+    #[serde(default)]
+    notifications: NotificationsFile,
+}
+
+/// The `[notifications]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotificationsFile {
+    /// On by default.
+    enabled: Option<bool>,
+    /// `augment` (appended to the next tool result, the default) or
+    /// `synthetic_tool` (a `_system_notification` call and result).
+    mode: Option<NotificationMode>,
+    /// Same-source events this close together join one line (default 2).
+    coalesce_seconds: Option<f64>,
+    /// Lines per block (default 8).
+    max_lines: Option<usize>,
+    /// Sources that start a turn when none runs (e.g. `["diagnostics"]`).
+    #[serde(default)]
+    wake: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum NotificationMode {
+    Augment,
+    SyntheticTool,
+}
+
+impl NotificationsFile {
+    fn settings(self) -> Result<NotificationSettings> {
+        let defaults = NotificationSettings::default();
+        let mut queue = defaults.queue.clone();
+        if let Some(seconds) = self.coalesce_seconds {
+            queue.coalesce_window = std::time::Duration::try_from_secs_f64(seconds)
+                .with_context(|| format!("notifications.coalesce_seconds = {seconds}"))?;
+        }
+        if let Some(lines) = self.max_lines {
+            queue.max_lines = lines.max(1);
+        }
+        Ok(NotificationSettings {
+            enabled: self.enabled.unwrap_or(defaults.enabled),
+            mode: match self.mode {
+                Some(NotificationMode::SyntheticTool) => InjectionMode::SyntheticTool,
+                Some(NotificationMode::Augment) | None => InjectionMode::Augment,
+            },
+            queue,
+            activation: self
+                .wake
+                .into_iter()
+                .map(|source| (source, Activation::Wake))
+                .collect(),
+        })
+    }
 }
 
 /// Everything resolved.
@@ -170,6 +226,7 @@ impl EngineArgs {
                 max_steps: file.max_steps.unwrap_or(defaults.max_steps),
                 tool_format,
                 prices: file.prices,
+                notifications: file.notifications.settings()?,
                 ..defaults
             },
             demo,
