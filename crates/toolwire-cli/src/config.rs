@@ -20,7 +20,7 @@ use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
 use toolwire_engine::tools::python::PythonLimits;
 use toolwire_engine::watch::{self, WatchHandle};
-use toolwire_engine::{Engine, EngineConfig};
+use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
 
 pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
 
@@ -106,6 +106,10 @@ struct FileConfig {
     python_timeout_seconds: Option<u64>,
     /// Memory a Python-source tool may use, in MiB (default 512).
     python_memory_mb: Option<u64>,
+    /// Where a message typed during a turn goes: `new_message` (a user
+    /// message after the running tools, the default) or `reminder` (a
+    /// notification on the next tool result).
+    interjections: Option<InterjectionArg>,
     /// `[notifications]`: how events reach the agent while it works.
     #[serde(default)]
     notifications: NotificationsFile,
@@ -127,6 +131,13 @@ struct NotificationsFile {
     /// Sources that start a turn when none runs (e.g. `["diagnostics"]`).
     #[serde(default)]
     wake: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum InterjectionArg {
+    NewMessage,
+    Reminder,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -227,6 +238,10 @@ impl EngineArgs {
                 tool_format,
                 prices: file.prices,
                 notifications: file.notifications.settings()?,
+                interjections: match file.interjections {
+                    Some(InterjectionArg::Reminder) => InterjectionMode::Reminder,
+                    Some(InterjectionArg::NewMessage) | None => InterjectionMode::NewMessage,
+                },
                 ..defaults
             },
             demo,
