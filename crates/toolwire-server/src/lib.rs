@@ -26,6 +26,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use tower::Layer;
 use tower_http::normalize_path::NormalizePathLayer;
 
@@ -97,9 +98,24 @@ pub async fn serve(
         return Err(ServeError::Unprotected(addr));
     }
     letta::approvals::arm_all(&state).await;
+    // Open streams end when the server stops, so that the graceful
+    // shutdown does not wait on them forever.
+    let token = state.shutdown.clone();
+    let shutdown = async move {
+        shutdown.await;
+        token.cancel();
+    };
     // Trailing slashes are trimmed before routing (`/v1/agents/` is
     // `/v1/agents`), as Letta's SDKs send some paths with one.
     let app = NormalizePathLayer::trim_trailing_slash().layer(router(state));
+    // TCP_NODELAY: a stream's events are small writes, and with Nagle's
+    // algorithm each one after the first waited for the client's ACK,
+    // which a client delays by up to 40 ms.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         axum::ServiceExt::<Request>::into_make_service(app),

@@ -37,6 +37,8 @@ impl Default for ServerSettings {
 pub struct AppState {
     pub engine: Engine,
     pub settings: Arc<ServerSettings>,
+    /// Cancelled when the server shuts down: open streams end.
+    pub shutdown: tokio_util::sync::CancellationToken,
     /// One writer at a time per agent: a request that reads an agent and
     /// writes it back (or its tools) holds the agent's lock.
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
@@ -47,6 +49,7 @@ impl AppState {
         AppState {
             engine,
             settings: Arc::new(settings),
+            shutdown: tokio_util::sync::CancellationToken::new(),
             locks: Arc::default(),
         }
     }

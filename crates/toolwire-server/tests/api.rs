@@ -134,18 +134,15 @@ async fn a_call_waits_for_approval_and_runs_once_approved() {
     let list = done["messages"].as_array().unwrap();
     assert_eq!(
         types(list),
-        [
-            "approval_response_message",
-            "tool_return_message",
-            "assistant_message"
-        ]
+        ["tool_return_message", "assistant_message"],
+        "only what the turn made (as Letta: no echo of the answer)"
     );
     assert_eq!(
-        list[1]["tool_return"], "rolled 1d6: 4",
+        list[0]["tool_return"], "rolled 1d6: 4",
         "the Python tool ran"
     );
-    assert_eq!(list[1]["status"], "success");
-    assert_eq!(list[2]["content"], "You rolled a 4.");
+    assert_eq!(list[0]["status"], "success");
+    assert_eq!(list[1]["content"], "You rolled a 4.");
     assert_eq!(done["usage"]["message_type"], "usage_statistics");
 
     // The same answer again: applied already, nothing runs.
@@ -215,7 +212,10 @@ async fn a_denial_is_the_tool_result_and_a_message_may_follow() {
         "Error: request to call tool denied. User reason: not now"
     );
     assert_eq!(ret["status"], "error");
-    assert!(types(list).contains(&"user_message".to_owned()));
+    assert!(
+        !types(list).contains(&"user_message".to_owned()),
+        "the user's own message is not echoed"
+    );
     assert_eq!(list.last().unwrap()["content"], "Noted.");
     s.stop().await;
 }
@@ -791,4 +791,42 @@ turns:
     let (status, _) = s.call("GET", "/v1/agents", None).await;
     assert_eq!(status, 200);
     s.stop().await;
+}
+
+#[tokio::test]
+async fn stopping_the_server_ends_open_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    // A slow answer: about 20 s of chunks.
+    let script = "steps:\n  - text: \"a slow answer that takes its time\"\n    chunk_size: 1\n    delay_ms: 200\n";
+    let s = server(&dir, script).await;
+    let (_, agent) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({"include_base_tools": false})),
+        )
+        .await;
+    let url = s.url(&format!(
+        "/v1/agents/{}/messages/stream",
+        agent["id"].as_str().unwrap()
+    ));
+    let reader = tokio::spawn(async move {
+        let response = reqwest::Client::new()
+            .post(url)
+            .json(&user("hi"))
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap_or_default()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::timeout(Duration::from_secs(10), s.stop())
+        .await
+        .expect("the server stops with a stream open");
+    let text = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("the server is shutting down"), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
 }

@@ -333,45 +333,99 @@ async fn pump(
         ) || include.as_ref().is_none_or(|i| i.contains(kind))
     };
     let mut end: Option<RunEnd> = None;
+    // The turn itself is watched too: should its last events never arrive
+    // (the store failed), the response still ends.
+    let mut turn = tokio::spawn(handle.wait());
+    let mut outcome: Option<toolwire_engine::TurnOutcome> = None;
+    let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let mut give_up_at = far;
+    let mut ping_at = ping.map(|every| tokio::time::Instant::now() + every);
     while end.is_none() {
-        let next = match ping {
-            Some(every) => match tokio::time::timeout(every, follower.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    let ping = json!({"message_type": "ping", "id": format!("ping-{}", uuid::Uuid::now_v7()), "date": chrono::Utc::now()});
-                    if tx.send(ping).await.is_err() {
-                        return;
+        tokio::select! {
+            next = follower.next() => {
+                let batch = match next {
+                    Ok(Some(batch)) => batch,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "lost the run's events");
+                        end = Some(RunEnd {
+                            reason: toolwire_core::StopReason::Error,
+                            error: Some(format!("the run's events could not be read: {e}")),
+                        });
+                        break;
                     }
-                    continue;
+                };
+                for stored in batch {
+                    let (messages, stop) = renderer.render(&stored.event);
+                    for m in messages.into_iter().filter(|m| wanted(m)) {
+                        // A closed channel: the client left; the run goes on.
+                        let _ = tx.send(m).await;
+                    }
+                    if stop.is_some() {
+                        end = stop;
+                        break;
+                    }
                 }
-            },
-            None => follower.next().await,
-        };
-        let batch = match next {
-            Ok(Some(batch)) => batch,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::error!(error = %e, "lost the run's events");
+                ping_at = ping.map(|every| tokio::time::Instant::now() + every);
+            }
+            joined = &mut turn, if outcome.is_none() => {
+                outcome = Some(match joined {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        end = Some(RunEnd {
+                            reason: toolwire_core::StopReason::Error,
+                            error: Some(format!("the turn failed: {e}")),
+                        });
+                        break;
+                    }
+                });
+                // Its stored events are in the log by now; a moment more
+                // for them to come through, then the outcome says it.
+                give_up_at = tokio::time::Instant::now() + Duration::from_secs(2);
+            }
+            _ = tokio::time::sleep_until(give_up_at) => break,
+            _ = tokio::time::sleep_until(ping_at.unwrap_or(far)), if ping_at.is_some() => {
+                let message = json!({
+                    "message_type": "ping",
+                    "id": format!("ping-{}", uuid::Uuid::now_v7()),
+                    "date": chrono::Utc::now(),
+                });
+                if tx.send(message).await.is_err() {
+                    return;
+                }
+                ping_at = ping.map(|every| tokio::time::Instant::now() + every);
+            }
+            _ = state.shutdown.cancelled() => {
                 end = Some(RunEnd {
                     reason: toolwire_core::StopReason::Error,
-                    error: Some(format!("the run's events could not be read: {e}")),
+                    error: Some("the server is shutting down".into()),
                 });
-                break;
-            }
-        };
-        for stored in batch {
-            let (messages, stop) = renderer.render(&stored.event);
-            for m in messages.into_iter().filter(|m| wanted(m)) {
-                // A closed channel: the client left; the run goes on.
-                let _ = tx.send(m).await;
-            }
-            if stop.is_some() {
-                end = stop;
                 break;
             }
         }
     }
-    let outcome = handle.wait().await;
+    let outcome = match outcome {
+        Some(outcome) => outcome,
+        None if state.shutdown.is_cancelled() => {
+            for m in renderer.closing(
+                end.as_ref().unwrap_or(&RunEnd {
+                    reason: toolwire_core::StopReason::Error,
+                    error: None,
+                }),
+                toolwire_core::Usage::default(),
+            ) {
+                let _ = tx.send(m).await;
+            }
+            return;
+        }
+        None => match turn.await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::error!(error = %e, "the turn task failed");
+                return;
+            }
+        },
+    };
     let end = end.unwrap_or(RunEnd {
         reason: outcome.reason,
         error: outcome.error.clone(),

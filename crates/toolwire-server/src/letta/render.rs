@@ -409,11 +409,6 @@ impl LiveRenderer {
                     &of(true),
                 ));
             }
-            AgentEvent::ApprovalResolved {
-                message_id,
-                decisions,
-                ..
-            } => out.push(approval_response(*message_id, Utc::now(), run, decisions)),
             AgentEvent::ToolExecutionCompleted { message, .. }
             | AgentEvent::ToolExecutionFailed { message, .. } => {
                 for block in &message.content {
@@ -440,12 +435,6 @@ impl LiveRenderer {
                 self.now_base("system_message", *message_id),
                 json!({"content": text}),
             )),
-            AgentEvent::UserInterjection { message, .. } => {
-                out.push(with(
-                    base("user_message", message.id, message.created_at, run),
-                    json!({"content": message.text()}),
-                ));
-            }
             AgentEvent::FinalResponse { usage, .. } => self.usage = *usage,
             AgentEvent::Stopped { reason, error, .. } => {
                 return (
