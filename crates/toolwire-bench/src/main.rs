@@ -11,9 +11,16 @@
 //! * `idle-memory`: N conversations, each with a short exchange, then
 //!   idle; prints the process's resident memory before and after, and per
 //!   idle conversation.
+//! * `serve-load`: the real `toolwire serve` binary (a child process)
+//!   under N concurrent SSE clients, each sending M messages whose turn
+//!   calls one built-in tool; prints messages/s, time to first event,
+//!   message latency and the server's RSS, and checks that every message
+//!   was answered and stored (see `serve_load.rs`).
 //!
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
+
+mod serve_load;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -77,6 +84,36 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         timeout: u64,
     },
+    /// Starts `toolwire serve` (scripted provider, fresh SQLite file) and
+    /// runs N concurrent SSE clients, each sending M messages in turn.
+    ServeLoad {
+        /// The toolwire binary (default: `toolwire` next to this one,
+        /// i.e. target/release/toolwire).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        /// Concurrent clients, each with its own agent.
+        #[arg(long, default_value_t = 200)]
+        clients: usize,
+        /// Messages each client sends, one after the other.
+        #[arg(long, default_value_t = 20)]
+        messages: usize,
+        /// Bytes per chunk of the scripted model's streams.
+        #[arg(long, default_value_t = 65536)]
+        chunk_size: usize,
+        /// Agents created at once before the load.
+        #[arg(long, default_value_t = 16)]
+        create_parallel: usize,
+        /// Seconds a message may take before it counts as an error.
+        #[arg(long, default_value_t = 120)]
+        request_timeout: u64,
+        /// Seconds before the whole run gives up.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+        /// Seconds to wait after the load before the last memory reading
+        /// (tokio's idle blocking threads exit after 10 s).
+        #[arg(long, default_value_t = 12)]
+        settle: u64,
+    },
 }
 
 #[tokio::main]
@@ -110,6 +147,28 @@ async fn main() -> Result<()> {
             tokio::time::timeout(Duration::from_secs(timeout), run)
                 .await
                 .with_context(|| format!("gave up after {timeout} s (--timeout)"))?
+        }
+        Command::ServeLoad {
+            toolwire,
+            clients,
+            messages,
+            chunk_size,
+            create_parallel,
+            request_timeout,
+            timeout,
+            settle,
+        } => {
+            serve_load::serve_load(serve_load::Options {
+                toolwire,
+                clients,
+                messages,
+                chunk_size: chunk_size.max(1),
+                create_parallel,
+                request_timeout: Duration::from_secs(request_timeout),
+                timeout: Duration::from_secs(timeout),
+                settle: Duration::from_secs(settle),
+            })
+            .await
         }
     }
 }

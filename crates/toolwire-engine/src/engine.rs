@@ -372,12 +372,7 @@ impl Engine {
         {
             return Ok(());
         }
-        let leaf = self
-            .inner
-            .store
-            .conversation(conversation)
-            .await?
-            .active_leaf;
+        let leaf = self.active_leaf(conversation).await?;
         // The turn's user message carries the notifications (drained when
         // the turn stores it).
         let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
@@ -443,13 +438,7 @@ impl Engine {
     ) -> Result<TurnHandle, EngineError> {
         let parent = match parent {
             Some(p) => p,
-            None => {
-                self.inner
-                    .store
-                    .conversation(conversation)
-                    .await?
-                    .active_leaf
-            }
+            None => self.active_leaf(conversation).await?,
         };
         if let Some(pending) = self.pending_approval(conversation).await?
             && pending.message_id == parent
@@ -461,6 +450,15 @@ impl Engine {
         }
         let user = user_message(conversation, parent, text);
         self.start_turn(conversation, turn::Start::User(user), options)
+    }
+
+    async fn active_leaf(&self, conversation: ConversationId) -> Result<MessageId, EngineError> {
+        Ok(self
+            .inner
+            .store
+            .conversation(conversation)
+            .await?
+            .active_leaf)
     }
 
     /// The conversation's paused turn, if one waits for answers.
@@ -548,12 +546,7 @@ impl Engine {
         conversation: ConversationId,
         decisions: &[(ToolCallId, Decision)],
     ) -> Result<bool, EngineError> {
-        let leaf = self
-            .inner
-            .store
-            .conversation(conversation)
-            .await?
-            .active_leaf;
+        let leaf = self.active_leaf(conversation).await?;
         let path = self.inner.store.path_to(leaf).await?;
         let answered: HashSet<&ToolCallId> = path
             .iter()

@@ -796,24 +796,7 @@ impl Output {
 
 /// The length of `bytes` without a multi-byte character cut off at its end.
 fn complete_utf8_len(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(3) {
-        let byte = bytes[bytes.len() - back];
-        if byte & 0xC0 == 0x80 {
-            continue;
-        }
-        let len = match byte {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => 1,
-        };
-        return if len > back {
-            bytes.len() - back
-        } else {
-            bytes.len()
-        };
-    }
-    bytes.len()
+    bytes.len() - super::builtin::common::unfinished_char(bytes)
 }
 
 /// Kills the runner's process group once: on cancel, timeout, the end of

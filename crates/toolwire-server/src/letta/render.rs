@@ -203,23 +203,7 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
             }
         }
         Role::Tool => {
-            for block in &m.content {
-                if let ContentBlock::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                } = block
-                {
-                    out.push(tool_return(
-                        id,
-                        date,
-                        None,
-                        &tool_use_id.0,
-                        content,
-                        *is_error,
-                    ));
-                }
-            }
+            out.extend(tool_returns(m, None));
         }
     }
     // Notifications delivered with this message: Letta shows them as a
@@ -231,6 +215,28 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
         ));
     }
     out
+}
+
+/// The `tool_return_message`s of a tool message.
+fn tool_returns(m: &Message, run: Option<RunId>) -> Vec<Value> {
+    m.content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Some(tool_return(
+                m.id,
+                m.created_at,
+                run,
+                &tool_use_id.0,
+                content,
+                *is_error,
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 fn tool_return(
@@ -411,23 +417,7 @@ impl LiveRenderer {
             }
             AgentEvent::ToolExecutionCompleted { message, .. }
             | AgentEvent::ToolExecutionFailed { message, .. } => {
-                for block in &message.content {
-                    if let ContentBlock::ToolResult {
-                        tool_use_id,
-                        content,
-                        is_error,
-                    } = block
-                    {
-                        out.push(tool_return(
-                            message.id,
-                            message.created_at,
-                            run,
-                            &tool_use_id.0,
-                            content,
-                            *is_error,
-                        ));
-                    }
-                }
+                out.extend(tool_returns(message, run));
             }
             AgentEvent::NotificationsInjected {
                 message_id, text, ..

@@ -140,3 +140,21 @@ mod tests {
         assert_eq!(floor_char_boundary("hi", 10), 2);
     }
 }
+
+/// Length of a multi-byte character cut off at the end of `bytes`.
+pub(crate) fn unfinished_char(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0xC0 == 0x80 {
+            continue;
+        }
+        let len = match byte {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if len > back { back } else { 0 };
+    }
+    0
+}

@@ -7,7 +7,7 @@
 //! shown by `task_status`.
 
 mod apply_diff;
-mod common;
+pub(crate) mod common;
 mod diff;
 mod list_dir;
 mod read_file;

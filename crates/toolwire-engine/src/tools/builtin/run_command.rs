@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Workspace;
-use super::common::{io_error, parse_args, spec};
+use super::common::{io_error, parse_args, spec, unfinished_char};
 use super::tasks::BackgroundTasks;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
@@ -318,23 +318,6 @@ fn take_utf8(carry: &mut Vec<u8>) -> String {
     text
 }
 
-/// Length of a multi-byte character cut off at the end of `bytes`.
-fn unfinished_char(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(3) {
-        let byte = bytes[bytes.len() - back];
-        if byte & 0xC0 == 0x80 {
-            continue;
-        }
-        let len = match byte {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => 1,
-        };
-        return if len > back { back } else { 0 };
-    }
-    0
-}
 
 /// The last `cap` bytes of the output ([`TAIL`] by default), and how much
 /// came before them.
