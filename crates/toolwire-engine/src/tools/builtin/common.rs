@@ -129,18 +129,6 @@ async fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Re
     tokio::fs::rename(tmp, path).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn char_boundary() {
-        assert_eq!(floor_char_boundary("héllo", 2), 1);
-        assert_eq!(floor_char_boundary("héllo", 3), 3);
-        assert_eq!(floor_char_boundary("hi", 10), 2);
-    }
-}
-
 /// Length of a multi-byte character cut off at the end of `bytes`.
 pub(crate) fn unfinished_char(bytes: &[u8]) -> usize {
     for back in 1..=bytes.len().min(3) {
@@ -157,4 +145,16 @@ pub(crate) fn unfinished_char(bytes: &[u8]) -> usize {
         return if len > back { back } else { 0 };
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn char_boundary() {
+        assert_eq!(floor_char_boundary("héllo", 2), 1);
+        assert_eq!(floor_char_boundary("héllo", 3), 3);
+        assert_eq!(floor_char_boundary("hi", 10), 2);
+    }
 }
