@@ -318,7 +318,6 @@ fn take_utf8(carry: &mut Vec<u8>) -> String {
     text
 }
 
-
 /// The last `cap` bytes of the output ([`TAIL`] by default), and how much
 /// came before them.
 pub(super) struct Tail {
