@@ -125,7 +125,7 @@ impl TryFrom<MessageRow> for Message {
             conversation_id: r.conversation_id,
             parent_id: r.parent_id,
             role: &r.role,
-            content: &r.content,
+            content: r.content.as_bytes(),
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             cached_tokens: r.cached_tokens,
@@ -147,7 +147,9 @@ pub(crate) struct MessageParts<'a> {
     pub conversation_id: Uuid,
     pub parent_id: Option<Uuid>,
     pub role: &'a str,
-    pub content: &'a str,
+    /// The JSON list of content blocks, as stored (UTF-8 is checked while it
+    /// is parsed).
+    pub content: &'a [u8],
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub cached_tokens: Option<i64>,
@@ -164,7 +166,7 @@ impl TryFrom<MessageParts<'_>> for Message {
     fn try_from(r: MessageParts<'_>) -> Result<Message> {
         let id = MessageId(r.id);
         let corrupt = |what: &str| StoreError::Corrupt(format!("message {id}: {what}"));
-        let content: Vec<ContentBlock> = serde_json::from_str(r.content)
+        let content = content_blocks(r.content)
             .map_err(|e| corrupt(&format!("content is not a list of content blocks: {e}")))?;
         let count = |v: i64| u64::try_from(v).map_err(|_| corrupt("negative token count"));
         let usage = match (r.prompt_tokens, r.completion_tokens, r.cached_tokens) {
@@ -194,6 +196,31 @@ impl TryFrom<MessageParts<'_>> for Message {
             created_at: r.created_at.0,
         })
     }
+}
+
+/// How serde_json writes a content list holding one text block, up to the
+/// text's opening quote and from its closing quote.
+const ONE_TEXT_BLOCK: (&[u8], &[u8]) = (br#"[{"type":"text","text":"#, b"}]");
+
+/// A stored content list. Most messages are one text block, and
+/// `ContentBlock` is an internally tagged enum, which serde can only read by
+/// buffering each object's fields first (a third of the time a 10,000-message
+/// path took to read): that shape, exactly as serde_json writes it, is read
+/// as the one JSON string it holds. Anything else — other blocks, other
+/// spacing, more blocks — takes the general way; the shortcut accepts only
+/// what that would read the same.
+pub(crate) fn content_blocks(json: &[u8]) -> serde_json::Result<Vec<ContentBlock>> {
+    let (head, tail) = ONE_TEXT_BLOCK;
+    if let Some(text) = json
+        .strip_prefix(head)
+        .and_then(|rest| rest.strip_suffix(tail))
+        // A single JSON string and nothing else (bar whitespace), or the
+        // general way decides.
+        .and_then(|text| serde_json::from_slice::<String>(text).ok())
+    {
+        return Ok(vec![ContentBlock::Text { text }]);
+    }
+    serde_json::from_slice(json)
 }
 
 pub(crate) fn messages(rows: Vec<MessageRow>) -> Result<Vec<Message>> {
@@ -490,4 +517,45 @@ pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, Json<serde_json:
 /// Whether `e` is a unique-constraint violation.
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortcut for one text block reads exactly what the general way
+    /// reads, and fails where it fails.
+    #[test]
+    fn content_reads_as_the_general_way_does() {
+        let cases = [
+            r#"[{"type":"text","text":"plain"}]"#,
+            r#"[{"type":"text","text":""}]"#,
+            r#"[{"type":"text","text":"quote \" backslash \\ newline \n é \u00e9 😀 \ud83d\ude00"}]"#,
+            r#"[{"type":"text","text":"looks like an end\"}]"}]"#,
+            r#"[{"type":"text","text":"a"},{"type":"text","text":"b"}]"#,
+            r#"[{"type":"text","text":"a"}, {"type":"text","text":"b"}]"#,
+            r#"[{"type":"text","text": "spaced" }]"#,
+            r#"[{"text":"other order","type":"text"}]"#,
+            r#"[{"type":"text","text":"extra","more":1}]"#,
+            r#"[{"type":"reasoning","text":"hm"}]"#,
+            r#"[]"#,
+            // Not content: each must fail as the general way fails.
+            r#"[{"type":"text","text":"a" "b"}]"#,
+            "[{\"type\":\"text\",\"text\":\"raw\tcontrol\"}]",
+            r#"[{"type":"text","text":"lone \ud800"}]"#,
+            r#"[{"type":"text","text":"unclosed}]"#,
+            r#"[{"type":"text","text":7}]"#,
+            r#"[{"type":"text","text":null}]"#,
+            r#"{"not": "blocks"}"#,
+        ];
+        for json in cases {
+            let general = serde_json::from_slice::<Vec<ContentBlock>>(json.as_bytes());
+            match (content_blocks(json.as_bytes()), general) {
+                (Ok(fast), Ok(general)) => assert_eq!(fast, general, "{json}"),
+                (Err(_), Err(_)) => {}
+                (fast, general) => panic!("{json}: {fast:?} but {general:?}"),
+            }
+        }
+        assert!(content_blocks(b"[{\"type\":\"text\",\"text\":\"\xff\"}]").is_err());
+    }
 }

@@ -4,10 +4,14 @@
 
 mod suite;
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use suite::Db;
-use toolwire_store::StoreError;
+use toolwire_core::{ContentBlock, ConversationId, Message, MessageId, MessageStatus, Role};
+use toolwire_store::{Store, StoreError};
 
 async fn run<F, Fut>(check: F)
 where
@@ -129,4 +133,182 @@ async fn two_stores_on_one_file_write_at_once() {
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
         (1..=100).collect::<Vec<_>>()
     );
+}
+
+/// A store on a new file in `dir`, and a second one on the same file (as
+/// another process would be).
+async fn two_stores(dir: &tempfile::TempDir) -> (String, Arc<dyn Store>, Arc<dyn Store>) {
+    let url = format!("sqlite://{}", dir.path().join("kept.db").display());
+    let first = toolwire_store::open(&url).await.unwrap();
+    let second = toolwire_store::open(&url).await.unwrap();
+    (url, first, second)
+}
+
+/// Long enough for the store to keep what it reads of it.
+const LONG: usize = 1_100;
+
+fn said(c: ConversationId, parent: MessageId, text: &str) -> Message {
+    Message::new(
+        c,
+        Some(parent),
+        Role::User,
+        vec![ContentBlock::Text { text: text.into() }],
+    )
+}
+
+/// The path to `leaf` read one `message` at a time (the reference).
+async fn walked(store: &Arc<dyn Store>, leaf: MessageId) -> Vec<Message> {
+    let mut path = vec![store.message(leaf).await.unwrap()];
+    while let Some(parent) = path.last().unwrap().parent_id {
+        path.push(store.message(parent).await.unwrap());
+    }
+    path.reverse();
+    path
+}
+
+/// A path read again reads what changed since: appends (which only add to
+/// what was read), branches, and updates made through this store, through
+/// another store on the file, and behind both stores' backs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_read_again_see_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, store, other) = two_stores(&dir).await;
+    let c = store.create_conversation("sys", None).await.unwrap();
+    let mut chain = vec![c.root_id];
+    for i in 0..LONG {
+        let m = said(c.id, *chain.last().unwrap(), &format!("m{i}"));
+        store.append(&m).await.unwrap();
+        chain.push(m.id);
+    }
+    let leaf = |chain: &[MessageId]| *chain.last().unwrap();
+    assert_eq!(
+        store.path_to(leaf(&chain)).await.unwrap(),
+        walked(&store, leaf(&chain)).await
+    );
+    for i in LONG..LONG + 5 {
+        let m = said(c.id, leaf(&chain), &format!("m{i}"));
+        store.append(&m).await.unwrap();
+        chain.push(m.id);
+        assert_eq!(
+            store.path_to(m.id).await.unwrap(),
+            walked(&store, m.id).await
+        );
+    }
+    for &at in [chain[LONG - 6], chain[6], chain[0], leaf(&chain)].iter() {
+        assert_eq!(store.path_to(at).await.unwrap(), walked(&store, at).await);
+    }
+
+    // A second child starts a line of its own.
+    let branch = said(c.id, chain[LONG - 10], "branch");
+    store.append(&branch).await.unwrap();
+    let twig = said(c.id, branch.id, "twig");
+    store.append(&twig).await.unwrap();
+    assert_eq!(
+        store.path_to(twig.id).await.unwrap(),
+        walked(&store, twig.id).await
+    );
+    assert_eq!(
+        store.path_to(leaf(&chain)).await.unwrap(),
+        walked(&store, leaf(&chain)).await
+    );
+
+    let mut changed = store.message(chain[3]).await.unwrap();
+    changed.content = vec![ContentBlock::Text {
+        text: "changed here".into(),
+    }];
+    store.update(&changed).await.unwrap();
+    assert_eq!(store.path_to(twig.id).await.unwrap()[3], changed);
+
+    changed.content = vec![ContentBlock::Text {
+        text: "changed there".into(),
+    }];
+    other.update(&changed).await.unwrap();
+    assert_eq!(store.path_to(twig.id).await.unwrap()[3], changed);
+
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("UPDATE messages SET status = 'interrupted' WHERE id = ?1")
+        .bind(chain[7].0)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let path = store.path_to(leaf(&chain)).await.unwrap();
+    assert_eq!(path[7].status, MessageStatus::Interrupted);
+    assert_eq!(path, walked(&store, leaf(&chain)).await);
+
+    let more = said(c.id, leaf(&chain), "from the other store");
+    other.append(&more).await.unwrap();
+    assert_eq!(
+        store.path_to(more.id).await.unwrap(),
+        walked(&store, more.id).await
+    );
+}
+
+/// While other tasks read the same paths (and keep what they read), every
+/// path read after a write returns is exactly what is stored, whichever of
+/// two stores on the file wrote; and no read returns a text a message
+/// never had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paths_stay_exact_under_concurrent_reads_and_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_url, store, other) = two_stores(&dir).await;
+    let c = store.create_conversation("sys", None).await.unwrap();
+    let mut path = vec![store.message(c.root_id).await.unwrap()];
+    let texts: Arc<Mutex<HashMap<MessageId, Vec<String>>>> = Arc::default();
+    texts.lock().unwrap().insert(c.root_id, vec!["sys".into()]);
+    for i in 0..LONG {
+        let m = said(c.id, path.last().unwrap().id, &format!("m{i}"));
+        store.append(&m).await.unwrap();
+        texts.lock().unwrap().insert(m.id, vec![m.text()]);
+        path.push(store.message(m.id).await.unwrap());
+    }
+    let expected = Arc::new(Mutex::new(path));
+    let done = Arc::new(AtomicBool::new(false));
+
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (store, expected, texts, done) = (
+            Arc::clone(&store),
+            Arc::clone(&expected),
+            Arc::clone(&texts),
+            Arc::clone(&done),
+        );
+        readers.spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let leaf = expected.lock().unwrap().last().unwrap().id;
+                for m in store.path_to(leaf).await.unwrap() {
+                    let texts = texts.lock().unwrap();
+                    assert!(texts[&m.id].contains(&m.text()), "{m:?}");
+                }
+            }
+        });
+    }
+
+    for step in 0..150usize {
+        let writer = if step % 3 == 0 { &other } else { &store };
+        let mut path = expected.lock().unwrap().clone();
+        if step % 2 == 0 || path.len() < 3 {
+            let m = said(c.id, path.last().unwrap().id, &format!("s{step}"));
+            texts.lock().unwrap().insert(m.id, vec![m.text()]);
+            writer.append(&m).await.unwrap();
+            path.push(store.message(m.id).await.unwrap());
+        } else {
+            let at = 1 + step * 7 % (path.len() - 1);
+            let text = format!("s{step} was {}", path[at].text());
+            path[at].content = vec![ContentBlock::Text { text: text.clone() }];
+            texts
+                .lock()
+                .unwrap()
+                .get_mut(&path[at].id)
+                .unwrap()
+                .push(text);
+            writer.update(&path[at]).await.unwrap();
+        }
+        *expected.lock().unwrap() = path.clone();
+        assert_eq!(store.path_to(path.last().unwrap().id).await.unwrap(), path);
+    }
+    done.store(true, Ordering::SeqCst);
+    while let Some(read) = readers.join_next().await {
+        read.unwrap();
+    }
 }
