@@ -70,6 +70,19 @@ async fn agent_with_dice(s: &Server, approval: bool) -> String {
     id
 }
 
+/// An agent with no tools; its id.
+async fn plain_agent(s: &Server) -> String {
+    let (status, agent) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({"include_base_tools": false})),
+        )
+        .await;
+    assert_eq!(status, 200, "{agent}");
+    agent["id"].as_str().unwrap().to_owned()
+}
+
 fn user(text: &str) -> Value {
     json!({"messages": [{"role": "user", "content": text}]})
 }
@@ -231,14 +244,7 @@ turns:
       - text: "Teal it is."
 "#;
     let s = server(&dir, script).await;
-    let (_, agent) = s
-        .call(
-            "POST",
-            "/v1/agents",
-            Some(json!({"include_base_tools": false})),
-        )
-        .await;
-    let messages = format!("/v1/agents/{}/messages", agent["id"].as_str().unwrap());
+    let messages = format!("/v1/agents/{}/messages", plain_agent(&s).await);
     let mut body = user("pick");
     body["client_tools"] = json!([{"name": "ask_user", "description": "Asks the user",
         "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}]);
@@ -341,14 +347,7 @@ steps:
     chunk_size: 4
 "#;
     let s = server(&dir, script).await;
-    let (_, agent) = s
-        .call(
-            "POST",
-            "/v1/agents",
-            Some(json!({"include_base_tools": false})),
-        )
-        .await;
-    let messages = format!("/v1/agents/{}/messages", agent["id"].as_str().unwrap());
+    let messages = format!("/v1/agents/{}/messages", plain_agent(&s).await);
     let mut body = user("hi");
     body["stream_tokens"] = json!(true);
     let (data, other) = s.stream(&format!("{messages}/stream"), body).await;
@@ -799,16 +798,9 @@ async fn stopping_the_server_ends_open_streams() {
     // A slow answer: about 20 s of chunks.
     let script = "steps:\n  - text: \"a slow answer that takes its time\"\n    chunk_size: 1\n    delay_ms: 200\n";
     let s = server(&dir, script).await;
-    let (_, agent) = s
-        .call(
-            "POST",
-            "/v1/agents",
-            Some(json!({"include_base_tools": false})),
-        )
-        .await;
     let url = s.url(&format!(
         "/v1/agents/{}/messages/stream",
-        agent["id"].as_str().unwrap()
+        plain_agent(&s).await
     ));
     let reader = tokio::spawn(async move {
         let response = reqwest::Client::new()
