@@ -14,7 +14,7 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use toolwire_core::{Decision, ToolCallId, Usage};
+use toolwire_core::{Decision, ToolCallId};
 use toolwire_engine::tools::ToolSpec;
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 
@@ -317,12 +317,11 @@ async fn pump(
         include,
     } = started;
     let (Some(handle), Some(mut renderer)) = (handle, renderer) else {
-        // Applied before: nothing runs.
-        let end = RunEnd {
-            reason: toolwire_core::StopReason::EndTurn,
-            error: None,
-        };
-        let _ = tx.send(json!({"message_type": "stop_reason", "stop_reason": render::stop_reason(end.reason)})).await;
+        // The same answers were applied before: nothing runs.
+        let stop = render::stop_reason(toolwire_core::StopReason::EndTurn);
+        let _ = tx
+            .send(json!({"message_type": "stop_reason", "stop_reason": stop}))
+            .await;
         return;
     };
     let wanted = |m: &Value| {
@@ -436,7 +435,6 @@ async fn pump(
     for m in renderer.closing(&end, outcome.usage) {
         let _ = tx.send(m).await;
     }
-    let _: Usage = outcome.usage;
 }
 
 /// `POST /v1/agents/{id}/messages`.
