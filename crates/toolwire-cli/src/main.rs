@@ -1,6 +1,7 @@
 //! The `toolwire` binary: command-line parsing and wiring of the library
 //! crates. Errors are `anyhow` here and only here.
 
+mod acp;
 mod chat;
 mod config;
 mod exec;
@@ -35,6 +36,9 @@ enum Command {
     /// name is known; a line typed during a turn reaches the agent at the
     /// next tool result; Ctrl-C cancels the turn; /help lists commands.
     Chat(chat::ChatArgs),
+    /// Be an Agent Client Protocol (v1) agent on stdin/stdout, for editors
+    /// such as Zed; each session's cwd is the root of its built-in tools.
+    Acp(acp::AcpArgs),
     /// Work with recorded model streams.
     #[command(subcommand)]
     Stream(StreamCommand),
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime().and_then(|rt| rt.block_on(serve::run(&args))),
         Command::Exec(args) => runtime().and_then(|rt| rt.block_on(exec::run(&args))),
+        Command::Acp(args) => runtime().and_then(|rt| rt.block_on(acp::run(&args))),
         Command::Chat(args) => runtime().and_then(|rt| rt.block_on(chat::run(&args))),
         Command::Stream(StreamCommand::Decode(args)) => {
             stream_decode::run(&args).map(|()| ExitCode::SUCCESS)
