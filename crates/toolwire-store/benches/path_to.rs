@@ -48,6 +48,42 @@ fn message(store_leaf: MessageId, c: toolwire_core::ConversationId, i: usize) ->
     m
 }
 
+/// A message of a tool loop: an assistant call, its result, a user line.
+fn tool_loop_message(parent: MessageId, c: toolwire_core::ConversationId, i: usize) -> Message {
+    let call = toolwire_core::ToolCallId(format!("call_{}", i / 3));
+    let (role, content) = match i % 3 {
+        0 => (
+            Role::Assistant,
+            vec![
+                ContentBlock::Text {
+                    text: "Let me look at that file.".into(),
+                },
+                ContentBlock::ToolUse {
+                    id: call,
+                    server: None,
+                    name: "read_file".into(),
+                    arguments: serde_json::json!({"path": format!("src/module_{i}.rs"), "limit": 200}),
+                },
+            ],
+        ),
+        1 => (
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: call,
+                content: format!("fn f{i}() {{}}\n").repeat(4),
+                is_error: false,
+            }],
+        ),
+        _ => (
+            Role::User,
+            vec![ContentBlock::Text {
+                text: format!("message {i}: and the next one?"),
+            }],
+        ),
+    };
+    Message::new(c, Some(parent), role, content)
+}
+
 /// A conversation holding a chain of [`CHAIN`] messages; returns its leaf.
 async fn chain(store: &Arc<dyn Store>) -> (toolwire_core::ConversationId, MessageId) {
     let c = store
@@ -89,6 +125,57 @@ fn bench_sqlite(c: &mut Criterion) {
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     let store = rt.block_on(toolwire_store::open(&url)).unwrap();
     bench_backend(c, &rt, "sqlite", &store);
+
+    // The same, on a tool loop's messages (calls and results, not only
+    // text).
+    let (conversation_mixed, leaf_mixed) = rt.block_on(async {
+        let conv = store.create_conversation("bench", None).await.unwrap();
+        let mut leaf = conv.root_id;
+        for i in 0..CHAIN - 1 {
+            let m = tool_loop_message(leaf, conv.id, i);
+            store.append(&m).await.unwrap();
+            leaf = m.id;
+        }
+        (conv.id, leaf)
+    });
+    let other_mixed = rt.block_on(toolwire_store::open(&url)).unwrap();
+    c.bench_function(&format!("path_to/sqlite/{CHAIN}/tool_loop"), |b| {
+        b.iter(|| rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap())
+    });
+    c.bench_function(&format!("path_to/sqlite/{CHAIN}/cold/tool_loop"), |b| {
+        b.iter_batched(
+            || {
+                rt.block_on(other_mixed.set_active_leaf(conversation_mixed, leaf_mixed))
+                    .unwrap()
+            },
+            |()| {
+                let path = rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap();
+                assert_eq!(path.len(), CHAIN);
+                path
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
+
+    // A cold read: another store on the file (as another process) writes
+    // before each read, so nothing kept can be trusted and every message
+    // is read and decoded.
+    let other = rt.block_on(toolwire_store::open(&url)).unwrap();
+    let (conversation, leaf) = rt.block_on(chain(&store));
+    c.bench_function(&format!("path_to/sqlite/{CHAIN}/cold"), |b| {
+        b.iter_batched(
+            || {
+                rt.block_on(other.set_active_leaf(conversation, leaf))
+                    .unwrap()
+            },
+            |()| {
+                let path = rt.block_on(store.path_to(black_box(leaf))).unwrap();
+                assert_eq!(path.len(), CHAIN);
+                path
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
 }
 
 fn bench_postgres(c: &mut Criterion) {
