@@ -24,10 +24,12 @@ pub fn stop_reason(reason: StopReason) -> Option<acp::StopReason> {
         StopReason::EndTurn => Some(acp::StopReason::EndTurn),
         StopReason::MaxSteps => Some(acp::StopReason::MaxTurnRequests),
         StopReason::Cancelled => Some(acp::StopReason::Cancelled),
-        // The turn waits for a permission this slice cannot ask for: the
-        // agent declines to go on.
-        StopReason::RequiresApproval => Some(acp::StopReason::Refusal),
-        StopReason::Error | StopReason::LlmApiError | StopReason::Interrupted => None,
+        // Paused turns are answered through `session/request_permission`
+        // and go on; one still paused here could not be asked about.
+        StopReason::RequiresApproval
+        | StopReason::Error
+        | StopReason::LlmApiError
+        | StopReason::Interrupted => None,
     }
 }
 

@@ -22,7 +22,7 @@ mod convert;
 mod session;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
@@ -114,6 +114,11 @@ pub async fn serve(
 struct Session {
     conversation: ConversationId,
     tools: ToolRegistry,
+    /// The root of the built-in tools.
+    cwd: PathBuf,
+    /// The session's "always" answers (stored, so a loaded session keeps
+    /// them).
+    permissions: Arc<Mutex<session::Permissions>>,
     /// Set by `session/cancel`; the running prompt answers `cancelled`.
     cancelled: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -196,11 +201,19 @@ impl AcpAgent {
         Ok(tools)
     }
 
-    fn insert(&self, conversation: ConversationId, tools: ToolRegistry) -> SessionId {
+    fn insert(
+        &self,
+        conversation: ConversationId,
+        tools: ToolRegistry,
+        cwd: PathBuf,
+        permissions: session::Permissions,
+    ) -> SessionId {
         let id: Arc<str> = conversation.to_string().into();
         let session = Session {
             conversation,
             tools,
+            cwd,
+            permissions: Arc::new(Mutex::new(permissions)),
             cancelled: Arc::default(),
         };
         if let Ok(mut sessions) = self.sessions.lock() {
@@ -226,7 +239,12 @@ impl AcpAgent {
             Ok(c) => c.id,
             Err(e) => return responder.respond_with_error(internal(e)),
         };
-        let id = self.insert(conversation, tools);
+        let id = self.insert(
+            conversation,
+            tools,
+            request.cwd.clone(),
+            session::Permissions::default(),
+        );
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
         responder.respond(NewSessionResponse::new(id))
     }
@@ -253,7 +271,8 @@ impl AcpAgent {
             Ok(tools) => tools,
             Err(e) => return responder.respond_with_error(e),
         };
-        let id = self.insert(conversation, tools);
+        let permissions = session::Permissions::load(&self.engine, conversation).await;
+        let id = self.insert(conversation, tools, request.cwd.clone(), permissions);
         tracing::info!(session = %id.0, "ACP session/load");
         // The history first, then the answer (as the protocol asks).
         for update in session::replay(&branch) {

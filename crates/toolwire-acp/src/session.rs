@@ -1,24 +1,129 @@
 //! One `session/prompt`: a turn of the engine, its events sent to the
 //! client as `session/update` notifications.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentChunk, PromptResponse, SessionId, SessionNotification, SessionUpdate,
+    self as acp, ContentChunk, PermissionOption, PermissionOptionKind, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
+    SessionUpdate,
 };
 use toolwire_core::{
-    AgentEvent, ContentBlock, Message, Role, ToolCallContent, ToolCallId, ToolCallPatch,
-    ToolCallState, ToolCallStatus, ToolCallTracker,
+    AgentEvent, ContentBlock, ConversationId, Decision, GatedCall, Message, Role, StopReason,
+    ToolCall, ToolCallContent, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus,
+    ToolCallTracker,
 };
-use toolwire_engine::{Engine, EngineError, TurnOptions};
+use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 
 use crate::{Session, convert, internal};
 
+/// The kind of the store documents that keep a session's "always"
+/// answers (id: the conversation id).
+const PERMISSIONS_KIND: &str = "acp_permissions";
+
+/// A session's "always" answers, per tool name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Permissions {
+    /// Tools that run without asking.
+    pub allow: BTreeSet<String>,
+    /// Tools whose calls are rejected without asking.
+    pub reject: BTreeSet<String>,
+}
+
+impl Permissions {
+    /// The stored answers of `conversation` (none if there are none or
+    /// they cannot be read).
+    pub(crate) async fn load(engine: &Engine, conversation: ConversationId) -> Self {
+        match engine
+            .store()
+            .document(PERMISSIONS_KIND, &conversation.to_string())
+            .await
+        {
+            Ok(Some(doc)) => {
+                let names = |key: &str| -> BTreeSet<String> {
+                    doc.body
+                        .get(key)
+                        .and_then(|v| v.as_array())
+                        .map(|items| {
+                            items
+                                .iter()
+                                .filter_map(|v| v.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                Permissions {
+                    allow: names("allow"),
+                    reject: names("reject"),
+                }
+            }
+            Ok(None) => Permissions::default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading stored ACP permissions");
+                Permissions::default()
+            }
+        }
+    }
+
+    async fn save(&self, engine: &Engine, conversation: ConversationId) {
+        let body = serde_json::json!({"allow": self.allow, "reject": self.reject});
+        if let Err(e) = engine
+            .store()
+            .put_document(PERMISSIONS_KIND, &conversation.to_string(), &body)
+            .await
+        {
+            tracing::warn!(error = %e, "storing ACP permissions");
+        }
+    }
+}
+
+const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_ALWAYS: &str = "allow_always";
+const REJECT_ONCE: &str = "reject_once";
+const REJECT_ALWAYS: &str = "reject_always";
+
+/// The options of every permission request.
+fn permission_options() -> Vec<PermissionOption> {
+    vec![
+        PermissionOption::new(ALLOW_ONCE, "Allow once", PermissionOptionKind::AllowOnce),
+        PermissionOption::new(
+            ALLOW_ALWAYS,
+            "Always allow",
+            PermissionOptionKind::AllowAlways,
+        ),
+        PermissionOption::new(REJECT_ONCE, "Reject", PermissionOptionKind::RejectOnce),
+        PermissionOption::new(
+            REJECT_ALWAYS,
+            "Always reject",
+            PermissionOptionKind::RejectAlways,
+        ),
+    ]
+}
+
+/// The tools of `session` whose calls wait for the user: those that are not
+/// read-only, less those the session always allows.
+fn require_approval(session: &Session) -> HashSet<String> {
+    let allowed = session
+        .permissions
+        .lock()
+        .map(|p| p.allow.clone())
+        .unwrap_or_default();
+    session
+        .tools
+        .specs()
+        .into_iter()
+        .filter(|spec| !spec.read_only && !allowed.contains(&spec.name))
+        .map(|spec| spec.name)
+        .collect()
+}
+
 /// Runs the prompt's turn to its end and says how the prompt is answered.
+/// A turn that pauses for approval asks the client about each waiting
+/// call and goes on with the answers, as often as it pauses.
 pub(crate) async fn run_prompt(
     engine: &Engine,
     session: &Session,
@@ -29,12 +134,13 @@ pub(crate) async fn run_prompt(
     let conversation = session.conversation;
     // Follow before the turn starts, so that nothing is missed.
     let mut follower = engine.follow(conversation);
-    let options = TurnOptions {
+    let options = || TurnOptions {
         tools: Some(session.tools.clone()),
+        require_approval: require_approval(session),
         ..TurnOptions::default()
     };
-    let handle = engine
-        .send_with(conversation, text, None, options)
+    let mut handle = engine
+        .send_with(conversation, text, None, options())
         .await
         .map_err(|e| match e {
             EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. } => {
@@ -42,45 +148,205 @@ pub(crate) async fn run_prompt(
             }
             e => internal(e),
         })?;
-    let run_id = handle.run_id;
     let mut updates = Updates {
-        session_id,
+        session_id: session_id.clone(),
         cx,
         tracker: ToolCallTracker::default(),
     };
-    'events: loop {
-        let batch = match follower.next().await {
-            Ok(Some(batch)) => batch,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(error = %e, "following the turn's events");
-                break;
+    loop {
+        let run_id = handle.run_id;
+        let mut gated: Option<Vec<GatedCall>> = None;
+        'events: loop {
+            let batch = match follower.next().await {
+                Ok(Some(batch)) => batch,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "following the turn's events");
+                    break;
+                }
+            };
+            for stored in batch {
+                if stored.event.run_id() != run_id {
+                    continue;
+                }
+                if matches!(stored.event, AgentEvent::Stopped { .. }) {
+                    break 'events;
+                }
+                if let AgentEvent::ApprovalRequested { calls, .. } = &stored.event {
+                    gated = Some(calls.clone());
+                }
+                updates.event(&stored.event)?;
             }
+        }
+        let outcome = handle.wait().await;
+        let cancelled = || session.cancelled.load(Ordering::SeqCst);
+        if outcome.reason == StopReason::RequiresApproval && !cancelled() {
+            let calls = match gated {
+                Some(calls) => calls,
+                None => engine
+                    .pending_approval(conversation)
+                    .await
+                    .map_err(internal)?
+                    .map(|p| p.calls)
+                    .unwrap_or_default(),
+            };
+            let decisions = match ask(engine, session, &session_id, cx, &calls).await {
+                Ok(decisions) => decisions,
+                Err(e) => {
+                    // The editor could not be asked: the conversation must
+                    // not stay paused, or every later prompt is refused.
+                    if let Ok(Some(abandoned)) = engine
+                        .abandon_pending(conversation, "the editor could not be asked")
+                        .await
+                    {
+                        abandoned.wait().await;
+                    }
+                    return Err(e);
+                }
+            };
+            if !cancelled() {
+                match engine
+                    .respond(conversation, decisions, None, options())
+                    .await
+                    .map_err(internal)?
+                {
+                    Responded::Started(next) => {
+                        handle = next;
+                        continue;
+                    }
+                    Responded::AlreadyApplied => {
+                        return Ok(PromptResponse::new(acp::StopReason::EndTurn));
+                    }
+                }
+            }
+        }
+        if cancelled() {
+            if outcome.reason == StopReason::RequiresApproval {
+                match engine.abandon_pending(conversation, "cancelled").await {
+                    Ok(Some(abandoned)) => {
+                        abandoned.wait().await;
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "abandoning the paused turn"),
+                }
+            }
+            return Ok(PromptResponse::new(acp::StopReason::Cancelled));
+        }
+        return match convert::stop_reason(outcome.reason) {
+            Some(reason) => Ok(PromptResponse::new(reason)),
+            None => Err(internal(format!(
+                "the turn stopped with {}: {}",
+                outcome.reason.as_str(),
+                outcome.error.unwrap_or_default()
+            ))),
         };
-        for stored in batch {
-            if stored.event.run_id() != run_id {
-                continue;
+    }
+}
+
+/// The answers to the waiting calls among `calls`, in order: a tool the
+/// session always rejects is rejected at once, the others are asked about
+/// with `session/request_permission`. "Always" answers are remembered and
+/// stored.
+async fn ask(
+    engine: &Engine,
+    session: &Session,
+    session_id: &SessionId,
+    cx: &ConnectionTo<Client>,
+    calls: &[GatedCall],
+) -> Result<Vec<(ToolCallId, Decision)>, agent_client_protocol::Error> {
+    let mut decisions = Vec::new();
+    for gated in calls.iter().filter(|c| c.gate.is_some()) {
+        let call = &gated.call;
+        let always_rejected = session
+            .permissions
+            .lock()
+            .map(|p| p.reject.contains(&call.name))
+            .unwrap_or(false);
+        if always_rejected {
+            decisions.push((call.id.clone(), rejected()));
+            continue;
+        }
+        if session.cancelled.load(Ordering::SeqCst) {
+            decisions.push((call.id.clone(), cancelled_decision()));
+            continue;
+        }
+        let request = RequestPermissionRequest::new(
+            session_id.clone(),
+            permission_tool_call(session, call).await,
+            permission_options(),
+        );
+        let response = cx.send_request(request).block_task().await?;
+        let decision = match response.outcome {
+            RequestPermissionOutcome::Selected(selected) => {
+                let option = selected.option_id.0.as_ref();
+                let remember = |f: &dyn Fn(&mut Permissions)| {
+                    let mut changed = None;
+                    if let Ok(mut p) = session.permissions.lock() {
+                        f(&mut p);
+                        changed = Some(p.clone());
+                    }
+                    changed
+                };
+                let (decision, changed) = match option {
+                    ALLOW_ONCE => (Decision::Approve, None),
+                    ALLOW_ALWAYS => (
+                        Decision::Approve,
+                        remember(&|p| {
+                            p.reject.remove(&call.name);
+                            p.allow.insert(call.name.clone());
+                        }),
+                    ),
+                    REJECT_ALWAYS => (
+                        rejected(),
+                        remember(&|p| {
+                            p.allow.remove(&call.name);
+                            p.reject.insert(call.name.clone());
+                        }),
+                    ),
+                    _ => (rejected(), None),
+                };
+                if let Some(permissions) = changed {
+                    permissions.save(engine, session.conversation).await;
+                }
+                decision
             }
-            if matches!(stored.event, AgentEvent::Stopped { .. }) {
-                break 'events;
-            }
-            updates.event(&stored.event)?;
+            _ => cancelled_decision(),
+        };
+        decisions.push((call.id.clone(), decision));
+    }
+    Ok(decisions)
+}
+
+fn rejected() -> Decision {
+    Decision::Deny {
+        reason: Some("the user rejected it".into()),
+    }
+}
+
+fn cancelled_decision() -> Decision {
+    Decision::Deny {
+        reason: Some("cancelled".into()),
+    }
+}
+
+/// The tool call a permission request is about: title, kind, raw input
+/// and, for `write_file`, the diff it would make.
+async fn permission_tool_call(session: &Session, call: &ToolCall) -> acp::ToolCallUpdate {
+    let mut state = ToolCallState::new(call.id.clone(), &call.name, convert::kind_of(&call.name));
+    state.raw_input = Some(call.arguments.clone());
+    if call.name == "write_file" {
+        let path = call.arguments.get("path").and_then(|v| v.as_str());
+        let new_text = call.arguments.get("content").and_then(|v| v.as_str());
+        if let (Some(path), Some(new_text)) = (path, new_text) {
+            let old_text = tokio::fs::read_to_string(session.cwd.join(path)).await.ok();
+            state.content = vec![ToolCallContent::Diff {
+                path: path.to_owned(),
+                old_text,
+                new_text: new_text.to_owned(),
+            }];
         }
     }
-    let outcome = handle.wait().await;
-    if session.cancelled.load(Ordering::SeqCst) {
-        return Ok(PromptResponse::new(
-            agent_client_protocol::v1::schema::StopReason::Cancelled,
-        ));
-    }
-    match convert::stop_reason(outcome.reason) {
-        Some(reason) => Ok(PromptResponse::new(reason)),
-        None => Err(internal(format!(
-            "the turn stopped with {}: {}",
-            outcome.reason.as_str(),
-            outcome.error.unwrap_or_default()
-        ))),
-    }
+    acp::ToolCallUpdate::from(convert::tool_call(&state))
 }
 
 /// Sends a turn's events as `session/update` notifications.
@@ -107,6 +373,16 @@ impl Updates<'_> {
             AgentEvent::ToolCallStarted { call_id, name, .. } => self.announce(call_id, name),
             AgentEvent::ToolCallsGenerated { calls, .. } => {
                 for call in calls {
+                    self.announce(&call.id, &call.name)?;
+                    let patch =
+                        ToolCallPatch::new(call.id.clone()).raw_input(call.arguments.clone());
+                    self.patch(patch)?;
+                }
+                Ok(())
+            }
+            AgentEvent::ApprovalRequested { calls, .. } => {
+                for gated in calls {
+                    let call = &gated.call;
                     self.announce(&call.id, &call.name)?;
                     let patch =
                         ToolCallPatch::new(call.id.clone()).raw_input(call.arguments.clone());

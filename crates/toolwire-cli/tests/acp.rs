@@ -12,8 +12,9 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock, InitializeRequest, LoadSessionRequest, NewSessionRequest,
-    PromptRequest, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallContent,
-    ToolCallStatus, ToolKind,
+    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
+    StopReason, TextContent, ToolCallContent, ToolCallStatus, ToolKind,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use tokio::process::Child;
@@ -254,4 +255,186 @@ async fn session_cancel_ends_the_prompt_with_cancelled() {
         .expect("the ACP exchange succeeded");
     assert_eq!(stop, StopReason::Cancelled);
     drop(child);
+}
+
+/// Two prompts, each of which has the model write a file, then answer.
+const WRITE_TWICE: &str = r#"
+turns:
+  - steps:
+      - text: "Writing."
+        tool_calls: [{name: write_file, arguments: {path: "out.txt", content: "hello\n"}}]
+      - text: "Done."
+  - steps:
+      - text: "Writing again."
+        tool_calls: [{name: write_file, arguments: {path: "out2.txt", content: "again\n"}}]
+      - text: "Done again."
+"#;
+
+/// What a client that answers every permission request with `answer` saw
+/// over `prompts` prompts of one session.
+struct Asked {
+    requests: Vec<RequestPermissionRequest>,
+    stops: Vec<StopReason>,
+    updates: Vec<SessionUpdate>,
+    project: tempfile::TempDir,
+}
+
+async fn prompts_answered_with(answer: &'static str, prompts: usize) -> Asked {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = home.path().join("script.yaml");
+    std::fs::write(&script, WRITE_TWICE).unwrap();
+    let db = format!("sqlite://{}", home.path().join("t.db").display());
+    let (child, transport) = spawn_agent(home.path(), &script, &db);
+
+    let requests: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
+    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
+    let (asked, seen) = (requests.clone(), updates.clone());
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                seen.lock().unwrap().push(n.update);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: RequestPermissionRequest, responder, _cx| {
+                asked.lock().unwrap().push(request);
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(answer)),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let mut stops = Vec::new();
+            for _ in 0..prompts {
+                let answer = cx
+                    .send_request(PromptRequest::new(
+                        session.session_id.clone(),
+                        vec![ContentBlock::Text(TextContent::new("write it"))],
+                    ))
+                    .block_task()
+                    .await?;
+                stops.push(answer.stop_reason);
+            }
+            Ok(stops)
+        });
+    let stops = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    drop(child);
+    let requests = requests.lock().unwrap().clone();
+    let updates = updates.lock().unwrap().clone();
+    Asked {
+        requests,
+        stops,
+        updates,
+        project,
+    }
+}
+
+/// The text of the results of the session's tool calls.
+fn results(updates: &[SessionUpdate]) -> String {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.content.clone(),
+            _ => None,
+        })
+        .flatten()
+        .map(|c| match c {
+            ToolCallContent::Content(c) => text_of(&c.content),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_write_asks_for_permission_and_runs_when_allowed_once() {
+    let asked = prompts_answered_with("allow_once", 1).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    let request = &asked.requests[0];
+    assert_eq!(
+        request.tool_call.fields.title.as_deref(),
+        Some("write_file")
+    );
+    assert_eq!(request.tool_call.fields.kind, Some(ToolKind::Edit));
+    assert_eq!(
+        request.tool_call.fields.raw_input,
+        Some(serde_json::json!({"path": "out.txt", "content": "hello\n"}))
+    );
+    let diff = request
+        .tool_call
+        .fields
+        .content
+        .iter()
+        .flatten()
+        .find_map(|c| match c {
+            ToolCallContent::Diff(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a diff");
+    assert_eq!(diff.new_text, "hello\n");
+    let kinds: Vec<PermissionOptionKind> = request.options.iter().map(|o| o.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ]
+    );
+    let written = std::fs::read_to_string(asked.project.path().join("out.txt")).unwrap();
+    assert_eq!(written, "hello\n");
+}
+
+#[tokio::test]
+async fn a_rejected_write_is_not_run_and_the_model_is_told() {
+    let asked = prompts_answered_with("reject_once", 1).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1);
+    assert!(!asked.project.path().join("out.txt").exists());
+    let results = results(&asked.updates);
+    assert!(results.contains("denied"), "{results}");
+}
+
+#[tokio::test]
+async fn allow_always_is_not_asked_again_in_the_session() {
+    let asked = prompts_answered_with("allow_always", 2).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    let project = asked.project.path();
+    assert_eq!(
+        std::fs::read_to_string(project.join("out.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("out2.txt")).unwrap(),
+        "again\n"
+    );
+}
+
+#[tokio::test]
+async fn reject_always_rejects_later_calls_without_asking() {
+    let asked = prompts_answered_with("reject_always", 2).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    assert!(!asked.project.path().join("out.txt").exists());
+    assert!(!asked.project.path().join("out2.txt").exists());
+    let results = results(&asked.updates);
+    assert_eq!(results.matches("denied").count(), 2, "{results}");
 }
