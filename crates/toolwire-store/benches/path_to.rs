@@ -142,27 +142,31 @@ fn bench_sqlite(c: &mut Criterion) {
     c.bench_function(&format!("path_to/sqlite/{CHAIN}/tool_loop"), |b| {
         b.iter(|| rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap())
     });
-    c.bench_function(&format!("path_to/sqlite/{CHAIN}/cold/tool_loop"), |b| {
-        b.iter_batched(
-            || {
-                rt.block_on(other_mixed.set_active_leaf(conversation_mixed, leaf_mixed))
-                    .unwrap()
-            },
-            |()| {
-                let path = rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap();
-                assert_eq!(path.len(), CHAIN);
-                path
-            },
-            criterion::BatchSize::PerIteration,
-        )
-    });
+    c.bench_function(
+        &format!("path_to/sqlite/{CHAIN}/tool_loop/after_other_write"),
+        |b| {
+            b.iter_batched(
+                || {
+                    rt.block_on(other_mixed.set_active_leaf(conversation_mixed, leaf_mixed))
+                        .unwrap()
+                },
+                |()| {
+                    let path = rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap();
+                    assert_eq!(path.len(), CHAIN);
+                    path
+                },
+                criterion::BatchSize::PerIteration,
+            )
+        },
+    );
 
-    // A cold read: another store on the file (as another process) writes
-    // before each read, so nothing kept can be trusted and every message
-    // is read and decoded.
+    // Another store on the file (as another process) writes before each
+    // read. The write changes no message, so what the reader keeps of the
+    // path stays usable: this is not a whole read (a whole read of this
+    // path measured 5.6 ms, of the tool loop 12.4 ms).
     let other = rt.block_on(toolwire_store::open(&url)).unwrap();
     let (conversation, leaf) = rt.block_on(chain(&store));
-    c.bench_function(&format!("path_to/sqlite/{CHAIN}/cold"), |b| {
+    c.bench_function(&format!("path_to/sqlite/{CHAIN}/after_other_write"), |b| {
         b.iter_batched(
             || {
                 rt.block_on(other.set_active_leaf(conversation, leaf))
