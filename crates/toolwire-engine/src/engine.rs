@@ -347,16 +347,17 @@ impl Engine {
             return Ok(Notified::Dropped);
         }
         if wake && !self.is_running(conversation) {
-            if self.inner.notifications.schedule_wake(conversation) {
-                let (engine, window) = (self.clone(), settings.queue.coalesce_window);
-                tokio::spawn(async move {
-                    tokio::time::sleep(window).await;
+            let engine = self.clone();
+            self.inner.notifications.wake_after(
+                conversation,
+                settings.queue.coalesce_window,
+                async move {
                     engine.inner.notifications.wake_done(conversation);
                     if let Err(e) = engine.wake(conversation).await {
                         tracing::warn!(%conversation, error = %e, "could not wake the agent");
                     }
-                });
-            }
+                },
+            );
             return Ok(Notified::Waking);
         }
         Ok(Notified::Queued)

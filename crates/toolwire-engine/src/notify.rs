@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use toolwire_core::{Batch, ConversationId, Incoming, NotificationQueue, NotifyConfig};
 
@@ -109,6 +110,32 @@ impl Hub {
             .insert(conversation)
     }
 
+    /// Runs `wake` once `window` has passed, unless a wake is already
+    /// scheduled for `conversation`: that one delivers what arrives
+    /// meanwhile, so everything inside the window joins one turn. `wake`
+    /// calls [`Hub::wake_done`] first. Returns whether this call scheduled
+    /// it.
+    pub(crate) fn wake_after<F>(
+        &self,
+        conversation: ConversationId,
+        window: Duration,
+        wake: F,
+    ) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if !self.schedule_wake(conversation) {
+            return false;
+        }
+        // The deadline is taken now, not when the task is first polled.
+        let deadline = tokio::time::Instant::now() + window;
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            wake.await;
+        });
+        true
+    }
+
     pub(crate) fn wake_done(&self, conversation: ConversationId) {
         self.waking
             .lock()
@@ -200,6 +227,41 @@ mod tests {
         let second = hub.drain(conv).unwrap();
         assert_eq!(texts(&second), ["a second later"]);
         assert_eq!(second.dropped, [("ci".to_owned(), 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_comes_as_the_window_closes_with_what_came_inside_it() {
+        let hub = std::sync::Arc::new(Hub::default());
+        let (config, conv) = (NotifyConfig::default(), ConversationId::new());
+        let window = config.coalesce_window;
+        let diagnostic = |t: &str| Incoming::text("diagnostics", Priority::High, t);
+        let start = tokio::time::Instant::now();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        hub.push(&config, conv, diagnostic("E0308 in src/lib.rs"));
+        let waking = hub.clone();
+        assert!(hub.wake_after(conv, window, async move {
+            waking.wake_done(conv);
+            let _ = tx.send((start.elapsed(), waking.drain(conv)));
+        }));
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        hub.push(&config, conv, diagnostic("E0425 in src/main.rs"));
+        assert!(
+            !hub.wake_after(conv, window, async {}),
+            "the scheduled wake delivers it"
+        );
+        tokio::time::advance(Duration::from_millis(499)).await;
+        tokio::task::yield_now().await;
+        assert!(rx.try_recv().is_err(), "not before the window closes");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let (at, batch) = rx.await.unwrap();
+        assert_eq!(at, window);
+        assert_eq!(
+            texts(&batch.unwrap()),
+            ["E0308 in src/lib.rs; E0425 in src/main.rs"],
+            "one source inside the window: one line"
+        );
+        // Woken, the next notification schedules a new wake.
+        assert!(hub.wake_after(conv, window, async {}));
     }
 
     #[tokio::test(start_paused = true)]
