@@ -1,7 +1,15 @@
 //! Store benchmarks.
 //!
-//! * `path_to/{sqlite,postgres}/10000`: the whole path of a 10,000-message
-//!   chain, read in one query (target on the SQLite file: < 5 ms).
+//! * `path_to/sqlite/10000[/tool_loop]/whole`: the path of a 10,000-message
+//!   chain (text messages, or a tool loop's calls and results) read whole
+//!   from the SQLite file, the store keeping nothing of paths (target:
+//!   < 5 ms). `…/whole/after_other_update`: the same through a store that
+//!   keeps paths, after another store on the file rewrote a message of the
+//!   path, which throws away what it kept.
+//! * `path_to/sqlite/10000[/tool_loop]`: the same path read again, through
+//!   what the store kept of it; `…/after_other_write`: after another store
+//!   wrote something that changes no message (the kept lines stay usable).
+//! * `path_to/postgres/10000`: the whole path on PostgreSQL.
 //! * `append/{sqlite,postgres}`: storing one message (under the chain's
 //!   leaf, which it becomes), one transaction.
 //!
@@ -99,15 +107,8 @@ async fn chain(store: &Arc<dyn Store>) -> (toolwire_core::ConversationId, Messag
     (c.id, leaf)
 }
 
-fn bench_backend(c: &mut Criterion, rt: &Runtime, name: &str, store: &Arc<dyn Store>) {
-    let (conversation, leaf) = rt.block_on(chain(store));
-    assert_eq!(rt.block_on(store.path_to(leaf)).unwrap().len(), CHAIN);
-
-    c.bench_function(&format!("path_to/{name}/{CHAIN}"), |b| {
-        b.iter(|| rt.block_on(store.path_to(black_box(leaf))).unwrap())
-    });
-
-    let mut leaf = leaf;
+fn bench_append(c: &mut Criterion, rt: &Runtime, name: &str, store: &Arc<dyn Store>) {
+    let (conversation, mut leaf) = rt.block_on(chain(store));
     let mut i = CHAIN;
     c.bench_function(&format!("append/{name}"), |b| {
         b.iter(|| {
@@ -119,67 +120,112 @@ fn bench_backend(c: &mut Criterion, rt: &Runtime, name: &str, store: &Arc<dyn St
     });
 }
 
+/// A conversation holding a tool loop of [`CHAIN`] messages; returns its
+/// leaf.
+async fn tool_loop(store: &Arc<dyn Store>) -> (toolwire_core::ConversationId, MessageId) {
+    let conv = store.create_conversation("bench", None).await.unwrap();
+    let mut leaf = conv.root_id;
+    for i in 0..CHAIN - 1 {
+        let m = tool_loop_message(leaf, conv.id, i);
+        store.append(&m).await.unwrap();
+        leaf = m.id;
+    }
+    (conv.id, leaf)
+}
+
+/// Reads the path to `leaf` on `store` after `other` (another store on the
+/// file, as another process would) rewrote one of its messages: what
+/// `store` kept of the path cannot be trusted, so the read is whole. The
+/// time is the read's and the path's drop, not the write's.
+fn after_other_update(
+    c: &mut Criterion,
+    rt: &Runtime,
+    name: &str,
+    (store, other): (&Arc<dyn Store>, &Arc<dyn Store>),
+    leaf: MessageId,
+) {
+    let mut rewritten = rt.block_on(store.path_to(leaf)).unwrap()[CHAIN / 2].clone();
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                rewritten.duration_ms = Some(rewritten.duration_ms.map_or(0, |d| d + 1));
+                rt.block_on(other.update(&rewritten)).unwrap();
+                let start = std::time::Instant::now();
+                let path = rt.block_on(store.path_to(black_box(leaf))).unwrap();
+                assert_eq!(path.len(), CHAIN);
+                drop(black_box(path));
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+}
+
 fn bench_sqlite(c: &mut Criterion) {
     let rt = Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     let store = rt.block_on(toolwire_store::open(&url)).unwrap();
-    bench_backend(c, &rt, "sqlite", &store);
-
-    // The same, on a tool loop's messages (calls and results, not only
-    // text).
-    let (conversation_mixed, leaf_mixed) = rt.block_on(async {
-        let conv = store.create_conversation("bench", None).await.unwrap();
-        let mut leaf = conv.root_id;
-        for i in 0..CHAIN - 1 {
-            let m = tool_loop_message(leaf, conv.id, i);
-            store.append(&m).await.unwrap();
-            leaf = m.id;
-        }
-        (conv.id, leaf)
-    });
-    let other_mixed = rt.block_on(toolwire_store::open(&url)).unwrap();
-    c.bench_function(&format!("path_to/sqlite/{CHAIN}/tool_loop"), |b| {
-        b.iter(|| rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap())
-    });
-    c.bench_function(
-        &format!("path_to/sqlite/{CHAIN}/tool_loop/after_other_write"),
-        |b| {
-            b.iter_batched(
-                || {
-                    rt.block_on(other_mixed.set_active_leaf(conversation_mixed, leaf_mixed))
-                        .unwrap()
-                },
-                |()| {
-                    let path = rt.block_on(store.path_to(black_box(leaf_mixed))).unwrap();
-                    assert_eq!(path.len(), CHAIN);
-                    path
-                },
-                criterion::BatchSize::PerIteration,
-            )
-        },
+    // The same file, read without the kept lines: every read is whole.
+    let whole: Arc<dyn Store> = Arc::new(
+        rt.block_on(toolwire_store::SqliteStore::open(&url))
+            .unwrap()
+            .keep_paths(false),
     );
-
-    // Another store on the file (as another process) writes before each
-    // read. The write changes no message, so what the reader keeps of the
-    // path stays usable: this is not a whole read (a whole read of this
-    // path measured 5.6 ms, of the tool loop 12.4 ms).
+    // Another store on the file, as another process.
     let other = rt.block_on(toolwire_store::open(&url)).unwrap();
-    let (conversation, leaf) = rt.block_on(chain(&store));
-    c.bench_function(&format!("path_to/sqlite/{CHAIN}/after_other_write"), |b| {
-        b.iter_batched(
-            || {
-                rt.block_on(other.set_active_leaf(conversation, leaf))
-                    .unwrap()
+
+    let (text_conversation, text_leaf) = rt.block_on(chain(&store));
+    let (loop_conversation, loop_leaf) = rt.block_on(tool_loop(&store));
+
+    // Whole reads: what the 5 ms target is about.
+    for (shape, leaf) in [("", text_leaf), ("/tool_loop", loop_leaf)] {
+        c.bench_function(&format!("path_to/sqlite/{CHAIN}{shape}/whole"), |b| {
+            b.iter(|| rt.block_on(whole.path_to(black_box(leaf))).unwrap())
+        });
+    }
+    for (shape, leaf) in [("", text_leaf), ("/tool_loop", loop_leaf)] {
+        after_other_update(
+            c,
+            &rt,
+            &format!("path_to/sqlite/{CHAIN}{shape}/whole/after_other_update"),
+            (&store, &other),
+            leaf,
+        );
+    }
+
+    // Reads the kept lines serve: read again, and after another process
+    // wrote something that changes no message (the kept lines stay usable,
+    // so this is not a whole read).
+    for (shape, conversation, leaf) in [
+        ("", text_conversation, text_leaf),
+        ("/tool_loop", loop_conversation, loop_leaf),
+    ] {
+        c.bench_function(&format!("path_to/sqlite/{CHAIN}{shape}"), |b| {
+            b.iter(|| rt.block_on(store.path_to(black_box(leaf))).unwrap())
+        });
+        c.bench_function(
+            &format!("path_to/sqlite/{CHAIN}{shape}/after_other_write"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut total = std::time::Duration::ZERO;
+                    for _ in 0..iters {
+                        rt.block_on(other.set_active_leaf(conversation, leaf))
+                            .unwrap();
+                        let start = std::time::Instant::now();
+                        let path = rt.block_on(store.path_to(black_box(leaf))).unwrap();
+                        assert_eq!(path.len(), CHAIN);
+                        drop(black_box(path));
+                        total += start.elapsed();
+                    }
+                    total
+                })
             },
-            |()| {
-                let path = rt.block_on(store.path_to(black_box(leaf))).unwrap();
-                assert_eq!(path.len(), CHAIN);
-                path
-            },
-            criterion::BatchSize::PerIteration,
-        )
-    });
+        );
+    }
+
+    bench_append(c, &rt, "sqlite", &store);
 }
 
 fn bench_postgres(c: &mut Criterion) {
@@ -197,7 +243,11 @@ fn bench_postgres(c: &mut Criterion) {
     let store = rt
         .block_on(toolwire_store::open(&format!("{base}/{name}")))
         .unwrap();
-    bench_backend(c, &rt, "postgres", &store);
+    let (_, leaf) = rt.block_on(chain(&store));
+    c.bench_function(&format!("path_to/postgres/{CHAIN}"), |b| {
+        b.iter(|| rt.block_on(store.path_to(black_box(leaf))).unwrap())
+    });
+    bench_append(c, &rt, "postgres", &store);
     drop(store);
     rt.block_on(sql(format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin))
         .unwrap();

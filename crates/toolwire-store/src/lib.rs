@@ -15,6 +15,7 @@
 //! **Entry points.** [`open`] (by URL: `sqlite://PATH` or
 //! `postgres://…`), the [`Store`] trait, [`StoreError`].
 
+mod content;
 mod postgres;
 mod rows;
 mod sql;
@@ -272,6 +273,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes document `(kind, id)`; says whether it was there.
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool>;
+
+    /// Every message of the conversation (the whole tree), in the order
+    /// they were stored.
+    async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>>;
 }
 
 /// Opens (creating if needed, and migrating) the store at `url`.

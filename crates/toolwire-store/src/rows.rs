@@ -206,9 +206,10 @@ const ONE_TEXT_BLOCK: (&[u8], &[u8]) = (br#"[{"type":"text","text":"#, b"}]");
 /// `ContentBlock` is an internally tagged enum, which serde can only read by
 /// buffering each object's fields first (a third of the time a 10,000-message
 /// path took to read): that shape, exactly as serde_json writes it, is read
-/// as the one JSON string it holds. Anything else — other blocks, other
-/// spacing, more blocks — takes the general way; the shortcut accepts only
-/// what that would read the same.
+/// as the one JSON string it holds. Other lists as serde_json writes them
+/// are read in one pass by [`crate::content`]; anything else — other key
+/// orders, malformed lists — takes the general way. Both shortcuts accept
+/// only what that would read the same.
 pub(crate) fn content_blocks(json: &[u8]) -> serde_json::Result<Vec<ContentBlock>> {
     let (head, tail) = ONE_TEXT_BLOCK;
     if let Some(text) = json
@@ -216,9 +217,13 @@ pub(crate) fn content_blocks(json: &[u8]) -> serde_json::Result<Vec<ContentBlock
         .and_then(|rest| rest.strip_suffix(tail))
         // A single JSON string and nothing else (bar whitespace), or the
         // general way decides.
-        .and_then(|text| serde_json::from_slice::<String>(text).ok())
+        .and_then(|text| std::str::from_utf8(text).ok())
+        .and_then(|text| serde_json::from_str::<String>(text).ok())
     {
         return Ok(vec![ContentBlock::Text { text }]);
+    }
+    if let Some(blocks) = crate::content::blocks(json) {
+        return Ok(blocks);
     }
     serde_json::from_slice(json)
 }

@@ -835,6 +835,24 @@ macro_rules! impl_store {
                     .await?;
                 Ok(deleted.rows_affected() > 0)
             }
+
+            async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>> {
+                let found = rows::messages(
+                    sqlx::query_as::<_, MessageRow>(concat!(
+                        "SELECT ",
+                        message_columns!(),
+                        " FROM messages m WHERE m.conversation_id = $1 ORDER BY m.seq"
+                    ))
+                    .bind(conversation.0)
+                    .fetch_all(&self.pool)
+                    .await?,
+                )?;
+                // Every conversation has at least its root.
+                if found.is_empty() {
+                    return Err(StoreError::ConversationNotFound(conversation));
+                }
+                Ok(found)
+            }
         }
     };
 }

@@ -3,7 +3,8 @@
 //!
 //! On a file, reads go through sqlx, except [`Store::path_to`](crate::Store):
 //! it reads through the backend's own `rusqlite` connections, on tokio's
-//! blocking threads. sqlx's SQLite driver copies every value of every row
+//! blocking threads, while the caller decodes the rows read so far (see
+//! [`raw`]). sqlx's SQLite driver copies every value of every row
 //! it returns (and hands the rows over from its worker thread one by one),
 //! which made a 10,000-message path cost some 40 ms more than reading it;
 //! rusqlite reads the values in place. Both libraries link the one SQLite
@@ -25,6 +26,8 @@
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod raw;
 
 use reader::Readers;
 use sqlx::sqlite::{
@@ -60,7 +63,7 @@ impl SqliteStore {
         // its shared cache does not wait for locks: keep exactly one.
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let readers =
-            (!in_memory).then(|| Arc::new(Readers::new(options.get_filename().to_owned())));
+            (!in_memory).then(|| Arc::new(Readers::new(options.get_filename().to_owned(), true)));
         let writer = (!in_memory).then(|| Arc::new(Writer::new(options.get_filename().to_owned())));
         let pool = if in_memory {
             SqlitePoolOptions::new()
@@ -81,6 +84,17 @@ impl SqliteStore {
         })
     }
 
+    /// Whether the store keeps what it decoded of long paths, to read only
+    /// their new rows next time (on by default; a file only). Off, every
+    /// [`Store::path_to`](crate::Store::path_to) reads the path whole: the
+    /// benchmark measures whole reads this way.
+    pub fn keep_paths(mut self, keep: bool) -> Self {
+        if let Some(readers) = &mut self.readers {
+            *readers = Arc::new(Readers::new(readers.file().to_owned(), keep));
+        }
+        self
+    }
+
     /// Closes the connections (waiting for the ones in use).
     pub async fn close(&self) {
         self.pool.close().await;
@@ -99,8 +113,21 @@ impl SqliteStore {
             return Self::path(&mut conn, leaf).await;
         };
         let (reader, writer) = (Arc::clone(readers), Arc::clone(writer));
-        let read = blocking(move || reader.path(&writer, leaf)).await?;
-        Ok(readers.finish(read))
+        let (to, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+        let read = tokio::task::spawn_blocking(move || {
+            reader.path(&writer, leaf, &mut raw::Sink::new(to))
+        });
+        // Decoded here while the reader reads on (see [`raw`]).
+        let mut decoded = raw::Decoded::default();
+        let mut failed = Ok(());
+        while let Some(chunk) = chunks.recv().await {
+            if failed.is_ok() {
+                failed = decoded.decode(chunk);
+            }
+        }
+        let read = joined(read).await?;
+        failed?;
+        Ok(readers.finish(read, decoded))
     }
 }
 
@@ -108,7 +135,12 @@ impl SqliteStore {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> crate::Result<T> + Send + 'static,
 ) -> crate::Result<T> {
-    match tokio::task::spawn_blocking(f).await {
+    joined(tokio::task::spawn_blocking(f)).await
+}
+
+/// What a blocking task returned.
+async fn joined<T>(task: tokio::task::JoinHandle<crate::Result<T>>) -> crate::Result<T> {
+    match task.await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // The runtime is shutting down.
@@ -129,6 +161,7 @@ mod reader {
     use uuid::Uuid;
 
     use super::BUSY_TIMEOUT;
+    use super::raw::{Decoded, Sink};
     use super::writer::{Stamp, Writer};
     use crate::rows::{MessageParts, Ts};
     use crate::{Result, StoreError};
@@ -154,16 +187,25 @@ mod reader {
     pub(super) struct Readers {
         path: PathBuf,
         idle: Mutex<Vec<Connection>>,
+        /// Whether paths are kept at all (see [`SqliteStore::keep_paths`]).
+        ///
+        /// [`SqliteStore::keep_paths`]: super::SqliteStore::keep_paths
+        keep: bool,
         kept: Mutex<Kept>,
     }
 
     impl Readers {
-        pub(super) fn new(path: PathBuf) -> Readers {
+        pub(super) fn new(path: PathBuf, keep: bool) -> Readers {
             Readers {
                 path,
                 idle: Mutex::new(Vec::new()),
+                keep,
                 kept: Mutex::new(Kept::default()),
             }
+        }
+
+        pub(super) fn file(&self) -> &std::path::Path {
+            &self.path
         }
 
         fn take(&self) -> Result<Connection> {
@@ -219,45 +261,82 @@ mod reader {
         /// since: stored messages are never deleted and change only through
         /// an update, so the kept part of each line is what this snapshot
         /// holds, and only the rows after it are read.
-        pub(super) fn path(&self, writer: &Writer, leaf: MessageId) -> Result<PathRead> {
+        ///
+        /// The rows not kept are sent to `sink` raw, in path order, for the
+        /// caller to decode.
+        pub(super) fn path(
+            &self,
+            writer: &Writer,
+            leaf: MessageId,
+            sink: &mut Sink,
+        ) -> Result<PathRead> {
             let mut conn = self.take()?;
             // One read transaction: one snapshot.
             let tx = conn.transaction()?;
             let ((conversation, segments), stamp) = writer.quiet(|| segments(&tx, leaf))?;
-            let kept = stamp.and_then(|stamp| self.kept().lines(stamp, &segments));
+            let kept = stamp
+                .filter(|_| self.keep)
+                .and_then(|stamp| self.kept().lines(stamp, &segments));
             let read = match stamp.zip(kept) {
-                None => PathRead::Whole(read_segments(&tx, conversation, &segments)?),
+                None => {
+                    let mut ranges = Vec::with_capacity(segments.len());
+                    let mut len = 0;
+                    for &(line, upto) in &segments {
+                        len += count(&tx, line, 0, upto)?;
+                        ranges.push(Range {
+                            line,
+                            after: 0,
+                            upto,
+                            parent: None,
+                        });
+                    }
+                    sink.start(conversation, len);
+                    read_raw(&tx, &ranges, sink)?;
+                    PathRead::Whole
+                }
                 Some((stamp, kept)) => {
                     let mut parts = Vec::with_capacity(segments.len());
-                    let mut last: Option<Uuid> = None;
+                    let mut ranges = Vec::new();
+                    // The message before the next one on the path, when it
+                    // is kept; `None` when it is read.
+                    let mut last: Option<Option<Uuid>> = Some(None);
+                    let mut len = 0;
                     for (&(line, upto), chunks) in segments.iter().zip(kept) {
                         let mut part = Part {
                             line,
                             on_path: 0,
                             after: None,
-                            fresh: Vec::new(),
+                            fresh: 0,
                             kept: Vec::new(),
                         };
                         for chunk in &chunks {
                             let n = chunk.partition_point(|r| r.seq <= upto);
                             part.on_path += n;
                             if let Some(r) = chunk[..n].last() {
-                                last = Some(r.message.id.0);
+                                last = Some(Some(r.message.id.0));
                             }
                         }
                         let kept_last = chunks.last().and_then(|c| c.last());
                         if kept_last.is_none_or(|r| r.seq < upto) {
                             let after = kept_last.map_or(0, |r| r.seq);
-                            part.fresh = Vec::with_capacity(count(&tx, line, after, upto)?);
-                            read_rows(&tx, conversation, line, (after, upto), last, |row| {
-                                part.fresh.push(row)
-                            })?;
+                            part.fresh = count(&tx, line, after, upto)?;
                             part.after = Some(after);
-                            last = part.fresh.last().map(|r| r.message.id.0).or(last);
+                            if part.fresh > 0 {
+                                ranges.push(Range {
+                                    line,
+                                    after,
+                                    upto,
+                                    parent: last,
+                                });
+                                last = None;
+                            }
                         }
+                        len += part.fresh;
                         part.kept = chunks;
                         parts.push(part);
                     }
+                    sink.start(conversation, len);
+                    read_raw(&tx, &ranges, sink)?;
                     PathRead::Kept { stamp, parts }
                 }
             };
@@ -273,15 +352,21 @@ mod reader {
         /// a 10,000-message path took four times as long in the benchmark
         /// (5–6 ms against 1.2–1.4), glibc handing the memory back to the
         /// system after each read and freeing it across threads.
-        pub(super) fn finish(&self, read: PathRead) -> Vec<Message> {
+        pub(super) fn finish(&self, read: PathRead, decoded: Decoded) -> Vec<Message> {
             let (stamp, parts) = match read {
-                PathRead::Whole(path) => return path,
+                PathRead::Whole => return decoded.messages,
                 PathRead::Kept { stamp, parts } => (stamp, parts),
             };
-            let len = parts.iter().map(|p| p.on_path + p.fresh.len()).sum();
+            let len = parts.iter().map(|p| p.on_path + p.fresh).sum();
             let keep = len >= KEEP_FROM;
             let mut path = Vec::with_capacity(len);
             let mut read = Vec::new();
+            let mut fresh = decoded
+                .messages
+                .into_iter()
+                .zip(decoded.seqs)
+                .zip(decoded.sizes)
+                .map(|((message, seq), size)| Row { seq, message, size });
             for part in parts {
                 let mut left = part.on_path;
                 for chunk in &part.kept {
@@ -289,12 +374,14 @@ mod reader {
                     path.extend(chunk[..n].iter().map(|r| r.message.clone()));
                     left -= n;
                 }
+                let rows = fresh.by_ref().take(part.fresh);
                 match part.after {
                     Some(after) if keep => {
-                        path.extend(part.fresh.iter().map(|r| r.message.clone()));
-                        read.push((part.line, after, part.fresh));
+                        let rows: Vec<Row> = rows.collect();
+                        path.extend(rows.iter().map(|r| r.message.clone()));
+                        read.push((part.line, after, rows));
                     }
-                    _ => path.extend(part.fresh.into_iter().map(|r| r.message)),
+                    _ => path.extend(rows.map(|r| r.message)),
                 }
             }
             if keep {
@@ -306,8 +393,8 @@ mod reader {
 
     /// A path as [`Readers::path`] reads it.
     pub(super) enum PathRead {
-        /// Read whole: nothing could be kept.
-        Whole(Vec<Message>),
+        /// Read whole (every row sent raw): nothing could be kept.
+        Whole,
         /// Per line crossed, root first: the kept rows and those read after
         /// them.
         Kept { stamp: Stamp, parts: Vec<Part> },
@@ -321,7 +408,8 @@ mod reader {
         on_path: usize,
         /// The seq the rows read follow, when rows were read.
         after: Option<i64>,
-        fresh: Vec<Row>,
+        /// How many rows were read (sent raw, in path order).
+        fresh: usize,
     }
 
     /// A message as it is kept, with its place in its line.
@@ -472,7 +560,7 @@ mod reader {
     /// Messages of a line in a range of seqs, in order: one range of the
     /// `(line, seq)` index. The conversation and the parent are known (the
     /// leaf's conversation, the message before), so they are not read again.
-    const LINE_ROWS: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
+    pub(super) const LINE_ROWS: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
          cached_tokens, cost, model, duration_ms, status, created_at \
          FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
 
@@ -525,6 +613,32 @@ mod reader {
             })?;
         }
         Ok(path)
+    }
+
+    /// Messages of a line to read: those with `after < seq <= upto`.
+    struct Range {
+        line: Uuid,
+        after: i64,
+        upto: i64,
+        /// The parent of the first, when it is not the last row read
+        /// before it.
+        parent: Option<Option<Uuid>>,
+    }
+
+    /// The rows of `ranges`, in order, sent raw to `sink`.
+    fn read_raw(tx: &Connection, ranges: &[Range], sink: &mut Sink) -> Result<()> {
+        let mut statement = tx.prepare_cached(LINE_ROWS)?;
+        let mut last = None;
+        for range in ranges {
+            let mut parent = range.parent.unwrap_or(last);
+            let mut rows = statement.query((range.line, range.after, range.upto))?;
+            while let Some(r) = rows.next()? {
+                parent = Some(sink.push(r, parent)?);
+            }
+            last = parent;
+        }
+        sink.flush();
+        Ok(())
     }
 
     /// The path to `leaf`, root first, read whole in the transaction going

@@ -312,3 +312,91 @@ async fn paths_stay_exact_under_concurrent_reads_and_writes() {
         read.unwrap();
     }
 }
+
+/// Paths across several lines (each branch a line of its own) read right
+/// whether read whole (a store keeping nothing), read first, or read again
+/// after appends to several of their lines; with tool calls and results
+/// among the messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_across_lines_read_the_same_kept_or_not() {
+    use toolwire_core::ToolCallId;
+    let dir = tempfile::tempdir().unwrap();
+    let (url, store, _) = two_stores(&dir).await;
+    let whole: Arc<dyn Store> = Arc::new(
+        toolwire_store::SqliteStore::open(&url)
+            .await
+            .unwrap()
+            .keep_paths(false),
+    );
+    let c = store.create_conversation("sys", None).await.unwrap();
+    let tool = |parent: MessageId, i: usize| {
+        let call = ToolCallId(format!("call_{i}"));
+        let mut m = Message::new(
+            c.id,
+            Some(parent),
+            Role::Assistant,
+            vec![
+                ContentBlock::Text {
+                    text: format!("step {i}"),
+                },
+                ContentBlock::ToolUse {
+                    id: call.clone(),
+                    server: i.is_multiple_of(2).then(|| "fs".into()),
+                    name: "read_file".into(),
+                    arguments: serde_json::json!({"path": format!("src/{i}.rs"), "limit": i}),
+                },
+            ],
+        );
+        m.model = Some("m".into());
+        m.duration_ms = Some(i as u64);
+        let result = Message::new(
+            c.id,
+            Some(m.id),
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: call,
+                content: format!("line\n\"{i}\"\t\u{e9}"),
+                is_error: i.is_multiple_of(3),
+            }],
+        );
+        (m, result)
+    };
+    // A trunk, three branches each forking from the one before, each long
+    // enough to be kept.
+    let mut leaves = Vec::new();
+    let mut fork_at = c.root_id;
+    for branch in 0..4 {
+        let mut leaf = fork_at;
+        for i in 0..LONG / 2 {
+            let (call, result) = tool(leaf, branch * LONG + i);
+            store.append(&call).await.unwrap();
+            store.append(&result).await.unwrap();
+            leaf = result.id;
+            if i == LONG / 4 {
+                fork_at = call.id;
+            }
+        }
+        leaves.push(leaf);
+    }
+    let check = |leaf: MessageId| {
+        let (store, whole) = (Arc::clone(&store), Arc::clone(&whole));
+        async move {
+            let expected = walked(&store, leaf).await;
+            assert_eq!(whole.path_to(leaf).await.unwrap(), expected);
+            assert_eq!(store.path_to(leaf).await.unwrap(), expected);
+            assert_eq!(store.path_to(leaf).await.unwrap(), expected);
+        }
+    };
+    for &leaf in leaves.iter().rev() {
+        check(leaf).await;
+    }
+    // Appends to two lines of the deepest path, then reads again.
+    for leaf in leaves.iter_mut().skip(2) {
+        let m = said(c.id, *leaf, "more");
+        store.append(&m).await.unwrap();
+        *leaf = m.id;
+    }
+    for &leaf in leaves.iter().rev() {
+        check(leaf).await;
+    }
+}

@@ -72,6 +72,7 @@ macro_rules! store_tests {
             data_survives_reopening,
             corrupt_content_is_reported,
             documents_are_kept_by_kind,
+            messages_are_the_whole_tree,
         );
     };
     (@ $run:path; $($name:ident),* $(,)?) => {
@@ -983,5 +984,40 @@ pub async fn documents_are_kept_by_kind(db: Db) {
     assert_eq!(
         store.document("tool", "a1").await.unwrap().unwrap().body,
         serde_json::json!("same id, other kind")
+    );
+}
+
+pub async fn messages_are_the_whole_tree(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let other = s.create_conversation("other", None).await.unwrap();
+    let u1 = user(c.id, c.root_id, "hi");
+    let a1 = assistant(c.id, u1.id, "hello");
+    s.append(&u1).await.unwrap();
+    s.append(&a1).await.unwrap();
+    // A second branch, and a message in another conversation.
+    let stored = s.message(u1.id).await.unwrap();
+    let edit = Message {
+        created_at: now(),
+        ..edited_sibling(&stored, "hey").unwrap()
+    };
+    s.append(&edit).await.unwrap();
+    s.append(&user(other.id, other.root_id, "elsewhere"))
+        .await
+        .unwrap();
+    let root = s.message(c.root_id).await.unwrap();
+    // Every branch, in the order stored, each message whole.
+    assert_eq!(
+        s.messages(c.id).await.unwrap(),
+        vec![root, u1, a1, edit.clone()]
+    );
+    // A fork holds its copies only.
+    let f = s.fork(edit.id).await.unwrap();
+    assert_eq!(texts(&s.messages(f.id).await.unwrap()), ["sys", "hey"]);
+    let nc = ConversationId::new();
+    let err = s.messages(nc).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::ConversationNotFound(id) if id == nc),
+        "{err:?}"
     );
 }
