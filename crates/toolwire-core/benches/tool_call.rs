@@ -132,9 +132,10 @@ fn command_lifecycle(complete: bool, appended: bool) -> (u64, u64) {
 
 /// 35,000 lines of 80 characters, one every `every`, through a
 /// coalescing tracker driven like an async front door.
-fn long_command(appended: bool, every: Duration) -> (u64, u64) {
+fn long_command(appended: bool, every: Duration, budget: Option<u64>) -> (u64, u64) {
     let mut t = ToolCallTracker::new(TrackerConfig {
         appended_output: appended,
+        call_byte_budget: budget,
         ..TrackerConfig::coalescing()
     });
     let id = ToolCallId::from(ID);
@@ -200,13 +201,19 @@ fn report_bytes(_: &mut Criterion) {
     // (c) 35,000 lines.
     let output = 35_000 * 81;
     for every in [Duration::from_micros(200), Duration::from_millis(1)] {
-        for appended in [false, true] {
-            let (bytes, n) = long_command(appended, every);
+        // toolwire acp's default budget: 8 MiB per call.
+        for (appended, budget) in [(false, None), (false, Some(8 << 20)), (true, None)] {
+            let (bytes, n) = long_command(appended, every, budget);
             println!(
-                "(c) 35,000 × 80-char lines over {:.0} s, {} output: {n} updates, {bytes} B \
+                "(c) 35,000 × 80-char lines over {:.0} s, {} output{}: {n} updates, {bytes} B \
                  = {:.2} MB ({:.3}× the {output} B of output)",
                 (every * 35_000).as_secs_f64(),
                 if appended { "appended" } else { "replaced" },
+                if budget.is_some() {
+                    " (8 MiB budget)"
+                } else {
+                    ""
+                },
                 bytes as f64 / 1e6,
                 bytes as f64 / output as f64,
             );

@@ -4,7 +4,9 @@
 //! ([`message`]), the conversation tree and its rules ([`tree`]), agent
 //! events ([`event`]), paused tool calls ([`approval`]), the notification
 //! queue and block ([`notification`]), tool-call state and the patches
-//! that update it ([`tool_call`]) and model pricing ([`pricing`]).
+//! that update it ([`tool_call`]), what agent events mean for tool calls
+//! ([`tool_events`], shared by every front door) and model pricing
+//! ([`pricing`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -21,6 +23,7 @@ pub mod message;
 pub mod notification;
 pub mod pricing;
 pub mod tool_call;
+pub mod tool_events;
 pub mod tree;
 
 pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
@@ -35,4 +38,5 @@ pub use tool_call::{
     TerminalOutput, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker,
     ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
 };
+pub use tool_events::{ToolCallChange, kind_of};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

@@ -384,7 +384,16 @@ pub struct TrackerConfig {
     pub appended_output: bool,
     /// Bytes of output kept in replaced content.
     pub output_limit: usize,
+    /// Bytes of patches one call may send at the `max_per_second` rate;
+    /// past them its patches that leave the status alone go out at most
+    /// once per [`OVER_BUDGET_INTERVAL`] (coalescing only). Bounds the
+    /// bytes of a replaced output that runs for minutes. `None`: no budget.
+    pub call_byte_budget: Option<u64>,
 }
+
+/// How often a call past its [`TrackerConfig::call_byte_budget`] may send
+/// a patch that leaves its status alone.
+pub const OVER_BUDGET_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Default for TrackerConfig {
     fn default() -> Self {
@@ -395,6 +404,7 @@ impl Default for TrackerConfig {
             complete_objects: false,
             appended_output: false,
             output_limit: 64 * 1024,
+            call_byte_budget: None,
         }
     }
 }
@@ -522,6 +532,8 @@ struct Call {
     pending_since: Option<Instant>,
     last_emit: Option<Instant>,
     output: Output,
+    /// Bytes of the patches sent for it (the budget's measure).
+    bytes_sent: u64,
 }
 
 /// Remembers the last state sent for each tool call and decides what to
@@ -618,6 +630,7 @@ impl ToolCallTracker {
                 pending_since: None,
                 last_emit: None,
                 output: Output::default(),
+                bytes_sent: 0,
             },
         );
         Ok(state)
@@ -791,9 +804,22 @@ impl ToolCallTracker {
         if call.target.status != call.sent.status {
             return Some(window_end);
         }
+        let over_budget = self
+            .config
+            .call_byte_budget
+            .is_some_and(|budget| call.bytes_sent >= budget);
+        let interval = if over_budget {
+            Some(
+                self.config
+                    .min_interval()
+                    .map_or(OVER_BUDGET_INTERVAL, |i| i.max(OVER_BUDGET_INTERVAL)),
+            )
+        } else {
+            self.config.min_interval()
+        };
         let slot = call
             .last_emit
-            .zip(self.config.min_interval())
+            .zip(interval)
             .map(|(last, interval)| last + interval);
         Some(slot.map_or(window_end, |slot| slot.max(window_end)))
     }
@@ -837,8 +863,10 @@ impl ToolCallTracker {
             patch.terminal_output = complete.terminal_output;
             patch
         };
+        let bytes = json_len(&out);
         self.metrics.updates_sent += 1;
-        self.metrics.patch_bytes += json_len(&out);
+        self.metrics.patch_bytes += bytes;
+        call.bytes_sent += bytes;
         if call.target.status.is_terminal() {
             self.finished.insert(id.clone(), call.target.status);
             self.calls.remove(id);
@@ -931,6 +959,48 @@ mod tests {
         let (head, kept) = text.split_once('\n').unwrap();
         assert!(kept.len() <= 100 && kept.starts_with("0123"));
         assert_eq!(head, format!("… {} bytes truncated …", 11_000 - kept.len()));
+    }
+
+    /// Patches of a call sending 2 KB of replaced output every 50 ms for
+    /// 5 s, with a budget of `budget` bytes.
+    fn patches_over_five_seconds(budget: Option<u64>) -> u64 {
+        let mut t = ToolCallTracker::new(TrackerConfig {
+            call_byte_budget: budget,
+            ..TrackerConfig::coalescing()
+        });
+        let id = ToolCallId::from("c");
+        let mut s = ToolCallState::new("c", "Run make", ToolKind::Execute);
+        s.status = ToolCallStatus::InProgress;
+        assert!(t.announce(s).is_ok());
+        let start = Instant::now();
+        for i in 0..100u32 {
+            let at = start + Duration::from_millis(50) * i;
+            t.due(at);
+            assert!(t.append_output(&id, &"x".repeat(2047), at).is_ok());
+        }
+        let end = start + Duration::from_secs(5);
+        assert!(
+            t.update(
+                ToolCallPatch::new("c").status(ToolCallStatus::Completed),
+                end
+            )
+            .is_ok()
+        );
+        while let Some(deadline) = t.next_deadline() {
+            t.due(deadline);
+        }
+        assert_eq!(t.finished(&id), Some(ToolCallStatus::Completed));
+        t.metrics().updates_sent
+    }
+
+    #[test]
+    fn a_call_past_its_budget_slows_to_one_patch_a_second() {
+        let free = patches_over_five_seconds(None);
+        let budgeted = patches_over_five_seconds(Some(20_000));
+        assert!(free >= 50, "{free}");
+        // A few at the full rate until 20 kB are out, then one a second,
+        // and the final status.
+        assert!(budgeted <= 12, "{budgeted}");
     }
 
     #[test]
