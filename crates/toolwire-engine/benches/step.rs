@@ -367,6 +367,9 @@ impl Store for Counting {
         self.time("delete_document", self.inner.delete_document(kind, id))
             .await
     }
+    async fn messages(&self, c: ConversationId) -> R<Vec<Message>> {
+        self.time("messages", self.inner.messages(c)).await
+    }
 }
 
 criterion_group!(benches, bench_steps);

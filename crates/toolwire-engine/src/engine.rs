@@ -571,24 +571,39 @@ impl Engine {
 
     /// Edits user message `id` (a new sibling) and runs a turn from it.
     pub async fn edit(&self, id: MessageId, text: &str) -> Result<TurnHandle, EngineError> {
+        self.edit_with(id, text, TurnOptions::default()).await
+    }
+
+    /// [`Engine::edit`] with this turn's options.
+    pub async fn edit_with(
+        &self,
+        id: MessageId,
+        text: &str,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
         let original = self.inner.store.message(id).await?;
         let sibling = tree::edited_sibling(&original, text)?;
         self.start_turn(
             original.conversation_id,
             turn::Start::User(sibling),
-            TurnOptions::default(),
+            options,
         )
     }
 
     /// A new answer in place of assistant message `id` (a new sibling).
     pub async fn regenerate(&self, id: MessageId) -> Result<TurnHandle, EngineError> {
+        self.regenerate_with(id, TurnOptions::default()).await
+    }
+
+    /// [`Engine::regenerate`] with this turn's options.
+    pub async fn regenerate_with(
+        &self,
+        id: MessageId,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
         let original = self.inner.store.message(id).await?;
         let parent = tree::regeneration_parent(&original)?;
-        self.start_turn(
-            original.conversation_id,
-            turn::Start::From(parent),
-            TurnOptions::default(),
-        )
+        self.start_turn(original.conversation_id, turn::Start::From(parent), options)
     }
 
     /// Cancels the running turn; says whether there was one.

@@ -54,23 +54,25 @@ impl Follower {
 
     /// The next events, in order; `None` when the engine is gone.
     pub async fn next(&mut self) -> Result<Option<Vec<StoredEvent>>, EngineError> {
-        if self.backlog {
-            // Subscribed first, then read: an event stored in between is
-            // in both, and the live copy is skipped by its seq.
-            self.backlog = false;
-            let missed = self.read_missed().await?;
-            if !missed.is_empty() {
-                return Ok(Some(missed));
-            }
-        }
         loop {
+            if self.backlog {
+                // Subscribed first, then read: an event stored in between
+                // is in both, and the live copy is skipped by its seq. The
+                // flag is cleared only once read: should the store fail,
+                // the next call reads again rather than skip the gap.
+                let missed = self.read_missed().await?;
+                self.backlog = false;
+                if !missed.is_empty() {
+                    return Ok(Some(missed));
+                }
+            }
             match self.rx.recv().await {
                 Ok(event) if event.seq > self.last_seq => {
                     self.last_seq = event.seq;
                     return Ok(Some(vec![(*event).clone()]));
                 }
                 Ok(_) => continue,
-                Err(RecvError::Lagged(_)) => return Ok(Some(self.read_missed().await?)),
+                Err(RecvError::Lagged(_)) => self.backlog = true,
                 Err(RecvError::Closed) => return Ok(None),
             }
         }

@@ -780,8 +780,8 @@ impl Turn<'_> {
                 abort_at = Some(tokio::time::Instant::now() + self.inner.config.tool_cancel_grace);
             }
             tokio::select! {
-                Some((call_id, progress)) = progress_rx.recv() => {
-                    self.emit(AgentEvent::ToolExecutionProgress { run_id: self.run_id, call_id, progress }).await?;
+                Some(first) = progress_rx.recv() => {
+                    self.emit_progress(first, &mut progress_rx).await?;
                 }
                 _ = self.cancel.cancelled(), if abort_at.is_none() => {}
                 _ = tokio::time::sleep_until(abort_at.unwrap_or_else(tokio::time::Instant::now)), if abort_at.is_some() => {
@@ -790,6 +790,11 @@ impl Turn<'_> {
                     abort_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
                 }
                 Some(joined) = running.join_next_with_id() => {
+                    // What the tool reported before it returned comes
+                    // before its result.
+                    while let Ok(first) = progress_rx.try_recv() {
+                        self.emit_progress(first, &mut progress_rx).await?;
+                    }
                     let (call_id, result, took) = match joined {
                         Ok((id, done)) => {
                             tasks.remove(&id);
@@ -917,6 +922,40 @@ impl Turn<'_> {
         events.extend(injected);
         self.inner.bus.store_message(&message, events).await?;
         self.leaf = message.id;
+        Ok(())
+    }
+
+    /// Emits `first` and what else waits in `rx`, consecutive output of
+    /// one call joined into one event: one store write per burst rather
+    /// than per read of a chatty command.
+    async fn emit_progress(
+        &mut self,
+        first: (ToolCallId, Progress),
+        rx: &mut mpsc::Receiver<(ToolCallId, Progress)>,
+    ) -> Result<(), Stop> {
+        let mut waiting = vec![first];
+        while let Ok(next) = rx.try_recv() {
+            waiting.push(next);
+        }
+        let mut joined: Vec<(ToolCallId, Progress)> = Vec::with_capacity(waiting.len());
+        for (call_id, progress) in waiting {
+            if let (Some((last_id, Progress::Output { text: last })), Progress::Output { text }) =
+                (joined.last_mut(), &progress)
+                && *last_id == call_id
+            {
+                last.push_str(text);
+                continue;
+            }
+            joined.push((call_id, progress));
+        }
+        for (call_id, progress) in joined {
+            self.emit(AgentEvent::ToolExecutionProgress {
+                run_id: self.run_id,
+                call_id,
+                progress,
+            })
+            .await?;
+        }
         Ok(())
     }
 

@@ -74,29 +74,44 @@ pub enum ToolError {
 }
 
 /// Sends a running tool's progress to the engine. Cheap to clone. Reports
-/// never block the tool: if the engine is far behind they are dropped
-/// (the final result always arrives).
+/// never block the tool: if the engine is far behind, statuses are
+/// dropped and output waits (joined into one piece, up to
+/// [`MAX_HELD_OUTPUT`] bytes, past which its oldest part is dropped) for
+/// the next report or [`flush`](Self::flush), so that clients showing
+/// appended output get every byte of a fast command. The final result
+/// always arrives.
 #[derive(Debug, Clone)]
 pub struct ProgressHandle {
     call_id: ToolCallId,
     tx: Option<mpsc::Sender<(ToolCallId, Progress)>>,
+    held: Arc<std::sync::Mutex<String>>,
 }
+
+/// Output a [`ProgressHandle`] keeps while the engine is behind.
+pub const MAX_HELD_OUTPUT: usize = 8 * 1024 * 1024;
 
 impl ProgressHandle {
     pub fn new(call_id: ToolCallId, tx: mpsc::Sender<(ToolCallId, Progress)>) -> Self {
         ProgressHandle {
             call_id,
             tx: Some(tx),
+            held: Arc::default(),
         }
     }
 
     /// A handle that discards everything (for tests and one-off calls).
     pub fn discard(call_id: ToolCallId) -> Self {
-        ProgressHandle { call_id, tx: None }
+        ProgressHandle {
+            call_id,
+            tx: None,
+            held: Arc::default(),
+        }
     }
 
     pub fn report(&self, progress: Progress) {
-        if let Some(tx) = &self.tx {
+        if let Progress::Output { text } = progress {
+            self.output(text);
+        } else if let Some(tx) = &self.tx {
             let _ = tx.try_send((self.call_id.clone(), progress));
         }
     }
@@ -106,7 +121,36 @@ impl ProgressHandle {
     }
 
     pub fn output(&self, text: impl Into<String>) {
-        self.report(Progress::Output { text: text.into() });
+        let Some(tx) = &self.tx else { return };
+        let Ok(mut held) = self.held.lock() else {
+            return;
+        };
+        held.push_str(&text.into());
+        let text = std::mem::take(&mut *held);
+        if let Err(mpsc::error::TrySendError::Full((_, Progress::Output { text }))) =
+            tx.try_send((self.call_id.clone(), Progress::Output { text }))
+        {
+            *held = text;
+            if held.len() > MAX_HELD_OUTPUT {
+                let cut = held.ceil_char_boundary(held.len() - MAX_HELD_OUTPUT);
+                held.drain(..cut);
+            }
+        }
+    }
+
+    /// Sends the output still held, waiting for room: call it before the
+    /// tool returns, so the output is complete before the result.
+    pub async fn flush(&self) {
+        let Some(tx) = &self.tx else { return };
+        let text = match self.held.lock() {
+            Ok(mut held) => std::mem::take(&mut *held),
+            Err(_) => return,
+        };
+        if !text.is_empty() {
+            let _ = tx
+                .send((self.call_id.clone(), Progress::Output { text }))
+                .await;
+        }
     }
 }
 
@@ -352,6 +396,21 @@ mod tests {
         assert_eq!(names(&registry), ["b", "c"]);
         assert!(registry.get("a").is_none());
         assert_eq!(from(&registry, "c").as_deref(), Some("other"));
+    }
+
+    #[tokio::test]
+    async fn output_waits_when_the_engine_is_behind_and_none_is_lost() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let progress = ProgressHandle::new(ToolCallId("c".into()), tx);
+        progress.output("a");
+        progress.output("b");
+        progress.status("dropped: statuses do not wait");
+        progress.output("c");
+        let first = rx.recv().await.map(|(_, p)| p);
+        assert_eq!(first, Some(Progress::Output { text: "a".into() }));
+        progress.flush().await;
+        let rest = rx.recv().await.map(|(_, p)| p);
+        assert_eq!(rest, Some(Progress::Output { text: "bc".into() }));
     }
 
     fn names(registry: &ToolRegistry) -> Vec<String> {

@@ -47,3 +47,13 @@ pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
         Arc::new(TaskStatus::new(tasks)),
     ]
 }
+
+/// The text that `diff` (a unified diff of one file, as `apply_diff` takes
+/// it) makes of `old`, without writing anything: for front doors that show
+/// an edit before it is approved.
+pub fn preview_diff(old: &str, diff: &str) -> Result<String, String> {
+    let patch = diff::parse(diff).map_err(|e| e.0)?;
+    diff::apply(&patch, &diff::Text::parse(old))
+        .map(|applied| applied.text.render())
+        .map_err(|e| e.0)
+}

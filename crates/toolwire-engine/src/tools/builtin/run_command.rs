@@ -171,6 +171,7 @@ impl Tool for RunCommand {
             }
         }
         group.kill();
+        ctx.progress.flush().await;
         Ok(finish(tail, status, lingering))
     }
 }
