@@ -6,17 +6,6 @@ use toolwire_core::{
     StopReason, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus, ToolKind,
 };
 
-/// What a built-in tool does, from its name; `Other` for the rest.
-pub fn kind_of(name: &str) -> ToolKind {
-    match name {
-        "read_file" => ToolKind::Read,
-        "write_file" | "apply_diff" => ToolKind::Edit,
-        "search" => ToolKind::Search,
-        "run_command" => ToolKind::Execute,
-        _ => ToolKind::Other,
-    }
-}
-
 /// How a prompt turn ended, as ACP says it; `None` for the engine's
 /// failures, which answer the prompt with a JSON-RPC error instead.
 pub fn stop_reason(reason: StopReason) -> Option<acp::StopReason> {
@@ -138,14 +127,6 @@ pub fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kinds_follow_the_builtin_names() {
-        assert_eq!(kind_of("read_file"), ToolKind::Read);
-        assert_eq!(kind_of("apply_diff"), ToolKind::Edit);
-        assert_eq!(kind_of("run_command"), ToolKind::Execute);
-        assert_eq!(kind_of("list_dir"), ToolKind::Other);
-    }
 
     #[test]
     fn an_update_has_only_the_patched_fields() {

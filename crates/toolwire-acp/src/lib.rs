@@ -7,7 +7,13 @@
 //! the root of its built-in tools. The engine's events become
 //! `session/update` notifications, tool calls through a
 //! [`toolwire_core::ToolCallTracker`] so that every `tool_call_update`
-//! carries only what changed.
+//! carries only what changed (`updates.rs`; titles and locations from the
+//! arguments in `titles.rs`). Which calls run without asking is
+//! `permissions.rs`; when the editor offers files or terminals, the
+//! session's `read_file`/`write_file`/`run_command` go through it
+//! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
+//! names. `_toolwire/notify` (`notify.rs`) feeds the engine's
+//! notifications.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
 //! engine is used only through its public API. Nothing but the protocol is
@@ -18,8 +24,14 @@
 //! **Entry points.** [`serve`] (any reader/writer pair), [`serve_stdio`],
 //! [`AcpError`].
 
+mod client_fs;
 mod convert;
+mod notify;
+mod permissions;
 mod session;
+mod terminal;
+mod titles;
+mod updates;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,13 +46,88 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
-use toolwire_core::ConversationId;
+use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
 use toolwire_engine::Engine;
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
 
-pub use convert::kind_of;
+pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
+pub use permissions::{Policies, Policy};
+pub use titles::kind_of;
+use updates::session_metrics_line;
+
+/// How `toolwire acp` behaves beyond the protocol: tool policies and how
+/// tool call updates are sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcpSettings {
+    /// Per tool: `allow`, `ask` or `deny` (unnamed tools: read-only ones
+    /// allow, the others ask).
+    pub policies: Policies,
+    /// Coalescing window, rate per call, complete objects, output tail and
+    /// per-call byte budget (past it a call's output goes out once a
+    /// second, so a command that prints for minutes cannot flood the
+    /// editor; status changes are never held for it). `appended_output`
+    /// is ignored here: it follows the client's `_meta.terminal_output`
+    /// capability.
+    pub tracker: TrackerConfig,
+}
+
+impl Default for AcpSettings {
+    fn default() -> Self {
+        AcpSettings {
+            policies: Policies::default(),
+            tracker: TrackerConfig {
+                call_byte_budget: Some(8 * 1024 * 1024),
+                ..TrackerConfig::coalescing()
+            },
+        }
+    }
+}
+
+/// The extensions this agent offers, so clients can tell before using
+/// them: `_toolwire/notify`, and complete tool call objects on request.
+fn agent_meta() -> serde_json::Map<String, serde_json::Value> {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "toolwire".into(),
+        serde_json::json!({"notify": notify::METHOD, "complete_tool_calls": true}),
+    );
+    meta
+}
+
+/// What the client said it can do in `initialize`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientCaps {
+    pub read_text_file: bool,
+    pub write_text_file: bool,
+    pub terminal: bool,
+    /// `_meta.terminal_output: true` (codex-acp / claude-agent-acp
+    /// convention): the client shows appended output.
+    pub terminal_output: bool,
+    /// `_meta.toolwire.complete_tool_calls: true`: every update carries the
+    /// complete tool call.
+    pub complete_tool_calls: bool,
+}
+
+impl ClientCaps {
+    fn from_request(request: &InitializeRequest) -> Self {
+        let caps = &request.client_capabilities;
+        let meta = caps.meta.as_ref();
+        let flag =
+            |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_bool) == Some(true);
+        ClientCaps {
+            read_text_file: caps.fs.read_text_file,
+            write_text_file: caps.fs.write_text_file,
+            terminal: caps.terminal,
+            terminal_output: flag(meta.and_then(|m| m.get("terminal_output"))),
+            complete_tool_calls: flag(
+                meta.and_then(|m| m.get("toolwire"))
+                    .and_then(|t| t.get("complete_tool_calls")),
+            ),
+        }
+    }
+}
 
 /// Why the ACP connection ended with an error.
 #[derive(Debug, thiserror::Error)]
@@ -50,29 +137,33 @@ pub enum AcpError {
 }
 
 /// Serves ACP on the process's stdin and stdout until stdin closes.
-pub async fn serve_stdio(engine: Engine) -> Result<(), AcpError> {
-    serve(engine, tokio::io::stdin(), tokio::io::stdout()).await
+pub async fn serve_stdio(engine: Engine, settings: AcpSettings) -> Result<(), AcpError> {
+    serve(engine, settings, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 /// Serves ACP, reading the client's messages from `input` and writing to
 /// `output`, until `input` closes.
 pub async fn serve(
     engine: Engine,
+    settings: AcpSettings,
     input: impl AsyncRead + Send + Unpin + 'static,
     output: impl AsyncWrite + Send + Unpin + 'static,
 ) -> Result<(), AcpError> {
     let agent = AcpAgent {
         engine,
+        settings: Arc::new(settings),
+        caps: Arc::default(),
         sessions: Arc::new(Mutex::new(HashMap::new())),
     };
-    let (a1, a2, a3, a4, a5) = (
+    let (a1, a2, a3, a4, a5, a6) = (
         agent.clone(),
         agent.clone(),
         agent.clone(),
         agent.clone(),
-        agent,
+        agent.clone(),
+        agent.clone(),
     );
-    Agent
+    let served = Agent
         .v1()
         .name("toolwire")
         .on_receive_request(
@@ -82,8 +173,8 @@ pub async fn serve(
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |request: NewSessionRequest, responder, _cx| {
-                a2.new_session(request, responder).await
+            async move |request: NewSessionRequest, responder, cx| {
+                a2.new_session(request, responder, cx).await
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -104,9 +195,25 @@ pub async fn serve(
             },
             agent_client_protocol::on_receive_notification!(),
         )
+        .on_receive_notification(
+            async move |notification: NotifyNotification, _cx| {
+                a6.notify(notification).await;
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
         .connect_to(ByteStreams::new(output.compat_write(), input.compat()))
         .await
-        .map_err(AcpError::Protocol)
+        .map_err(AcpError::Protocol);
+    agent.log_metrics();
+    served
+}
+
+/// A session's tools, and the editor side of those that go through it.
+struct SessionTools {
+    tools: ToolRegistry,
+    fs: Option<client_fs::ClientFs>,
+    terminals: terminal::Terminals,
 }
 
 /// One ACP session: its conversation and its tools.
@@ -114,18 +221,38 @@ pub async fn serve(
 struct Session {
     conversation: ConversationId,
     tools: ToolRegistry,
+    /// The editor's files, when it offers them.
+    fs: Option<client_fs::ClientFs>,
+    /// The editor terminals of running `run_command` calls.
+    terminals: terminal::Terminals,
     /// The root of the built-in tools.
     cwd: PathBuf,
     /// The session's "always" answers (stored, so a loaded session keeps
     /// them).
-    permissions: Arc<Mutex<session::Permissions>>,
+    permissions: Arc<Mutex<permissions::Permissions>>,
     /// Set by `session/cancel`; the running prompt answers `cancelled`.
     cancelled: Arc<std::sync::atomic::AtomicBool>,
+    /// The configured per-tool policies.
+    policies: Policies,
+    /// How its tool calls are sent (the settings, and what the client
+    /// asked for).
+    tracker: TrackerConfig,
+    /// What its tool call updates cost, over all its prompts.
+    metrics: Arc<Mutex<TrackerMetrics>>,
+}
+
+impl Session {
+    /// What the session's tool call updates have cost so far.
+    fn metrics(&self) -> TrackerMetrics {
+        self.metrics.lock().map(|m| *m).unwrap_or_default()
+    }
 }
 
 #[derive(Clone)]
 struct AcpAgent {
     engine: Engine,
+    settings: Arc<AcpSettings>,
+    caps: Arc<Mutex<ClientCaps>>,
     sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
 }
 
@@ -148,10 +275,14 @@ impl AcpAgent {
         responder: Responder<InitializeResponse>,
     ) -> AcpResult {
         tracing::info!(client = ?request.client_info, "ACP initialize");
+        if let Ok(mut caps) = self.caps.lock() {
+            *caps = ClientCaps::from_request(&request);
+        }
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
-            .mcp_capabilities(McpCapabilities::new());
+            .mcp_capabilities(McpCapabilities::new())
+            .meta(agent_meta());
         responder.respond(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
@@ -162,19 +293,66 @@ impl AcpAgent {
         )
     }
 
-    /// The engine's tools with the built-in ones rooted at `cwd`, and the
+    /// The engine's tools with the built-in ones rooted at `cwd` (file
+    /// and terminal tools through the editor when it offers them), and the
     /// tools of the client's stdio MCP servers (a server that fails to
     /// start is logged and left out; other transports are not offered).
     async fn tools_for(
         &self,
         cwd: &Path,
         mcp_servers: &[McpServer],
-    ) -> Result<ToolRegistry, agent_client_protocol::Error> {
-        let workspace = Workspace::new(cwd)
-            .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
+        session_id: &SessionId,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<SessionTools, agent_client_protocol::Error> {
+        let workspace = Arc::new(
+            Workspace::new(cwd)
+                .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?,
+        );
         let mut tools = self.engine.tools().clone();
-        for tool in builtin::all(Arc::new(workspace)) {
+        for tool in builtin::all(workspace.clone()) {
             tools.register(tool);
+        }
+        let caps = self.client_caps();
+        let terminals = terminal::Terminals::default();
+        let fs = (caps.read_text_file || caps.write_text_file).then(|| client_fs::ClientFs {
+            cx: cx.clone(),
+            session_id: session_id.clone(),
+            read: caps.read_text_file,
+            write: caps.write_text_file,
+        });
+        // The editor's versions take the built-in names (and specs), so the
+        // model sees the same tools either way.
+        if let Some(fs) = &fs {
+            if let (true, Some(builtin)) = (fs.read, tools.get("read_file")) {
+                tools.register(Arc::new(client_fs::ClientReadFile {
+                    spec: builtin.spec().clone(),
+                    fs: fs.clone(),
+                    workspace: workspace.clone(),
+                }));
+            }
+            if let (true, Some(builtin)) = (fs.read && fs.write, tools.get("apply_diff")) {
+                tools.register(Arc::new(client_fs::ClientApplyDiff {
+                    spec: builtin.spec().clone(),
+                    fs: fs.clone(),
+                    workspace: workspace.clone(),
+                }));
+            }
+            if let (true, Some(builtin)) = (fs.write, tools.get("write_file")) {
+                tools.register(Arc::new(client_fs::ClientWriteFile {
+                    spec: builtin.spec().clone(),
+                    fs: fs.clone(),
+                    workspace: workspace.clone(),
+                }));
+            }
+        }
+        if let (true, Some(builtin)) = (caps.terminal, tools.get("run_command")) {
+            tools.register(Arc::new(terminal::ClientRunCommand {
+                cx: cx.clone(),
+                session_id: session_id.clone(),
+                workspace: workspace.clone(),
+                terminals: terminals.clone(),
+                builtin,
+            }));
         }
         let configs = mcp_servers.iter().filter_map(|server| match server {
             McpServer::Stdio(stdio) => Some(McpServerConfig {
@@ -198,23 +376,38 @@ impl AcpAgent {
         for server in servers {
             tools.register_source(server);
         }
-        Ok(tools)
+        Ok(SessionTools {
+            tools,
+            fs,
+            terminals,
+        })
     }
 
     fn insert(
         &self,
         conversation: ConversationId,
-        tools: ToolRegistry,
+        tools: SessionTools,
         cwd: PathBuf,
-        permissions: session::Permissions,
+        permissions: permissions::Permissions,
     ) -> SessionId {
         let id: Arc<str> = conversation.to_string().into();
+        let caps = self.client_caps();
+        let tracker = TrackerConfig {
+            appended_output: caps.terminal_output,
+            complete_objects: self.settings.tracker.complete_objects || caps.complete_tool_calls,
+            ..self.settings.tracker.clone()
+        };
         let session = Session {
             conversation,
-            tools,
+            tools: tools.tools,
+            fs: tools.fs,
+            terminals: tools.terminals,
             cwd,
             permissions: Arc::new(Mutex::new(permissions)),
             cancelled: Arc::default(),
+            policies: self.settings.policies.clone(),
+            tracker,
+            metrics: Arc::default(),
         };
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session);
@@ -226,24 +419,73 @@ impl AcpAgent {
         self.sessions.lock().ok()?.get(&id.0).cloned()
     }
 
+    fn client_caps(&self) -> ClientCaps {
+        self.caps.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// `_toolwire/notify`: queued for the session's conversation. A
+    /// notification cannot be answered, so what goes wrong is logged.
+    async fn notify(&self, notification: NotifyNotification) {
+        let id = SessionId::new(notification.session_id.clone());
+        let Some(session) = self.session(&id) else {
+            tracing::warn!(session = %id.0, "{}: unknown session", notify::METHOD);
+            return;
+        };
+        let incoming = match notification.incoming() {
+            Ok(incoming) => incoming,
+            Err(e) => {
+                tracing::warn!(session = %id.0, error = %e, "{} refused", notify::METHOD);
+                return;
+            }
+        };
+        match self.engine.notify(session.conversation, incoming).await {
+            Ok(notified) => tracing::info!(session = %id.0, ?notified, "{}", notify::METHOD),
+            Err(e) => tracing::warn!(session = %id.0, error = %e, "{} failed", notify::METHOD),
+        }
+    }
+
+    /// Each session's update metrics, on stderr: the connection is over,
+    /// and with it every session.
+    fn log_metrics(&self) {
+        let Ok(sessions) = self.sessions.lock() else {
+            return;
+        };
+        for (id, session) in sessions.iter() {
+            let metrics = session.metrics();
+            if metrics.announced > 0 {
+                tracing::info!(session = %id, "{}", session_metrics_line(&metrics));
+            }
+        }
+    }
+
     async fn new_session(
         &self,
         request: NewSessionRequest,
         responder: Responder<NewSessionResponse>,
+        cx: ConnectionTo<Client>,
     ) -> AcpResult {
-        let tools = match self.tools_for(&request.cwd, &request.mcp_servers).await {
-            Ok(tools) => tools,
-            Err(e) => return responder.respond_with_error(e),
-        };
+        // Checked before a conversation is made for it.
+        if let Err(e) = Workspace::new(&request.cwd) {
+            let message = format!("cwd {}: {e}", request.cwd.display());
+            return responder.respond_with_error(invalid_params(message));
+        }
         let conversation = match self.engine.create_conversation(None).await {
             Ok(c) => c.id,
             Err(e) => return responder.respond_with_error(internal(e)),
+        };
+        let session_id = SessionId::new(conversation.to_string());
+        let tools = match self
+            .tools_for(&request.cwd, &request.mcp_servers, &session_id, &cx)
+            .await
+        {
+            Ok(tools) => tools,
+            Err(e) => return responder.respond_with_error(e),
         };
         let id = self.insert(
             conversation,
             tools,
             request.cwd.clone(),
-            session::Permissions::default(),
+            permissions::Permissions::default(),
         );
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
         responder.respond(NewSessionResponse::new(id))
@@ -267,15 +509,18 @@ impl AcpAgent {
             Ok(branch) => branch,
             Err(e) => return responder.respond_with_error(internal(e)),
         };
-        let tools = match self.tools_for(&request.cwd, &request.mcp_servers).await {
+        let tools = match self
+            .tools_for(&request.cwd, &request.mcp_servers, &request.session_id, &cx)
+            .await
+        {
             Ok(tools) => tools,
             Err(e) => return responder.respond_with_error(e),
         };
-        let permissions = session::Permissions::load(&self.engine, conversation).await;
+        let permissions = permissions::Permissions::load(&self.engine, conversation).await;
         let id = self.insert(conversation, tools, request.cwd.clone(), permissions);
         tracing::info!(session = %id.0, "ACP session/load");
         // The history first, then the answer (as the protocol asks).
-        for update in session::replay(&branch) {
+        for update in session::replay(&branch, &request.cwd) {
             cx.send_notification(SessionNotification::new(id.clone(), update))?;
         }
         responder.respond(LoadSessionResponse::new())

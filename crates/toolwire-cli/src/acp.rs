@@ -8,7 +8,42 @@ use clap::Args;
 
 use crate::config::EngineArgs;
 
+/// What `toolwire acp --help` says beyond the flags: the `[acp]` table of
+/// the config file and the client capabilities the agent honours.
+const ACP_HELP: &str = "\
+Tool permissions: read-only tools (read_file, list_dir, search, and MCP tools
+annotated readOnlyHint) run without asking; other tools ask the editor
+(session/request_permission), whose \"always\" answers are kept with the
+session. Per tool, in the config file (--config):
+
+  [acp.permissions]
+  run_command = \"allow\"   # allow | ask | deny
+  read_file = \"ask\"
+
+Tool call updates ([acp] table, defaults shown):
+
+  [acp]
+  coalesce_ms = 50                 # changes this close together: one update (0: off)
+  max_updates_per_second = 20      # per tool call (0: no limit)
+  complete_objects = false         # send complete tool calls, not just changes
+  output_limit_bytes = 65536       # command output shown when replaced
+  call_byte_budget = 8388608       # past it, a call's output goes out once a second
+
+Client capabilities honoured: fs.readTextFile / fs.writeTextFile (read_file and
+write_file go through the editor), terminal (run_command runs in an editor
+terminal), _meta.terminal_output (command output as appended
+_meta.terminal_output, then _meta.terminal_exit), and
+_meta.toolwire.complete_tool_calls (complete tool call objects).
+
+Notifications: the extension notification _toolwire/notify
+{sessionId, text, source?, priority?: low|normal|high} reaches the model with
+the next tool result; delivered notifications show as a thought.
+
+Per-session update metrics are logged when the connection ends
+(RUST_LOG=toolwire_acp=info).";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = ACP_HELP)]
 pub struct AcpArgs {
     #[command(flatten)]
     engine: EngineArgs,
@@ -16,7 +51,8 @@ pub struct AcpArgs {
 
 pub async fn run(args: &AcpArgs) -> Result<ExitCode> {
     // Kept to the end: the file watcher runs as long as `running`.
-    let running = args.engine.resolve()?.start().await?;
-    toolwire_acp::serve_stdio(running.engine.clone()).await?;
+    let settings = args.engine.resolve()?;
+    let running = settings.start().await?;
+    toolwire_acp::serve_stdio(running.engine.clone(), settings.acp.clone()).await?;
     Ok(ExitCode::SUCCESS)
 }

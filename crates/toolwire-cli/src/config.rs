@@ -113,6 +113,60 @@ struct FileConfig {
     /// `[notifications]`: how events reach the agent while it works.
     #[serde(default)]
     notifications: NotificationsFile,
+    /// `[acp]`: what `toolwire acp` asks about and how it sends tool calls.
+    #[serde(default)]
+    acp: AcpFile,
+}
+
+/// The `[acp]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcpFile {
+    /// `[acp.permissions]`: per tool, `"allow"`, `"ask"` or `"deny"`
+    /// (default: read-only tools allow, the others ask).
+    #[serde(default)]
+    permissions: BTreeMap<String, toolwire_acp::Policy>,
+    /// Changes to one tool call this close together go out as one update
+    /// (default 50; 0 sends each change at once).
+    coalesce_ms: Option<u64>,
+    /// Updates per tool call per second (default 20; 0: no limit).
+    max_updates_per_second: Option<u32>,
+    /// Send complete tool call objects instead of only what changed
+    /// (default false).
+    complete_objects: Option<bool>,
+    /// Bytes of a command's output shown when it is replaced rather than
+    /// appended (default 65536).
+    output_limit_bytes: Option<usize>,
+    /// Bytes of updates one tool call may send at the full rate; past them
+    /// its output is sent once per second (default 8388608; 0: none).
+    call_byte_budget: Option<u64>,
+}
+
+impl AcpFile {
+    fn settings(self) -> toolwire_acp::AcpSettings {
+        let defaults = toolwire_acp::AcpSettings::default();
+        let mut tracker = defaults.tracker.clone();
+        if let Some(ms) = self.coalesce_ms {
+            tracker.coalesce = ms > 0;
+            tracker.window = std::time::Duration::from_millis(ms);
+        }
+        if let Some(rate) = self.max_updates_per_second {
+            tracker.max_per_second = rate;
+        }
+        if let Some(complete) = self.complete_objects {
+            tracker.complete_objects = complete;
+        }
+        if let Some(limit) = self.output_limit_bytes {
+            tracker.output_limit = limit.max(1024);
+        }
+        if let Some(budget) = self.call_byte_budget {
+            tracker.call_byte_budget = (budget > 0).then_some(budget);
+        }
+        toolwire_acp::AcpSettings {
+            policies: toolwire_acp::Policies(self.permissions),
+            tracker,
+        }
+    }
 }
 
 /// The `[notifications]` table.
@@ -193,6 +247,8 @@ pub struct Settings {
     /// `TOOLWIRE_API_KEYS`, comma-separated).
     pub api_keys: Vec<String>,
     pub python: PythonLimits,
+    /// `toolwire acp`'s settings (the `[acp]` table).
+    pub acp: toolwire_acp::AcpSettings,
 }
 
 impl EngineArgs {
@@ -270,6 +326,7 @@ impl EngineArgs {
                         .unwrap_or(defaults.memory_bytes),
                 }
             },
+            acp: file.acp.settings(),
             mcp_servers: file
                 .mcp_servers
                 .into_iter()

@@ -43,6 +43,7 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
         engine.model(),
         settings.db
     );
+    eprintln!("toolwire: open http://{addr}/ in a browser for the live conversation view");
     eprintln!(
         "toolwire: Letta-compatible API at http://{addr}/v1, OpenAPI at http://{addr}/openapi.json"
     );

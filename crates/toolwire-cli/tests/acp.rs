@@ -95,6 +95,8 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
                 .await?;
             assert_eq!(init.protocol_version, ProtocolVersion::V1);
             assert!(init.agent_capabilities.load_session);
+            let meta = init.agent_capabilities.meta.clone().unwrap_or_default();
+            assert_eq!(meta["toolwire"]["notify"], "_toolwire/notify");
             let session = cx
                 .send_request(NewSessionRequest::new(cwd))
                 .block_task()
@@ -131,9 +133,15 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
             _ => None,
         })
         .expect("a tool_call");
-    assert_eq!(call.title, "list_dir");
+    // Announced with what is known (the name), then the title follows
+    // the arguments.
+    assert_eq!(call.title, "List .");
     assert_eq!(call.kind, ToolKind::Other);
     assert_eq!(call.status, ToolCallStatus::Pending);
+    assert_eq!(
+        call.locations.first().map(|l| l.path.clone()),
+        Some(project.path().to_path_buf())
+    );
 
     let statuses: Vec<ToolCallStatus> = updates
         .iter()
@@ -144,6 +152,8 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
             _ => None,
         })
         .collect();
+    // Every status change reaches the client, even for a call quicker
+    // than the coalescing window.
     assert_eq!(
         statuses,
         [ToolCallStatus::InProgress, ToolCallStatus::Completed],
@@ -208,7 +218,7 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
             _ => None,
         })
         .expect("the tool call replayed");
-    assert_eq!(call.title, "list_dir");
+    assert_eq!(call.title, "List .");
     assert_eq!(call.status, ToolCallStatus::Completed);
     assert!(format!("{:?}", call.content).contains("hello.txt"));
     let last = replayed.last().unwrap();
@@ -369,8 +379,10 @@ async fn a_write_asks_for_permission_and_runs_when_allowed_once() {
     let request = &asked.requests[0];
     assert_eq!(
         request.tool_call.fields.title.as_deref(),
-        Some("write_file")
+        Some("Edit out.txt")
     );
+    let location = &request.tool_call.fields.locations.as_ref().unwrap()[0];
+    assert_eq!(location.path, asked.project.path().join("out.txt"));
     assert_eq!(request.tool_call.fields.kind, Some(ToolKind::Edit));
     assert_eq!(
         request.tool_call.fields.raw_input,
@@ -388,6 +400,8 @@ async fn a_write_asks_for_permission_and_runs_when_allowed_once() {
         })
         .expect("a diff");
     assert_eq!(diff.new_text, "hello\n");
+    assert_eq!(diff.old_text, None, "a new file");
+    assert_eq!(diff.path, asked.project.path().join("out.txt"));
     let kinds: Vec<PermissionOptionKind> = request.options.iter().map(|o| o.kind).collect();
     assert_eq!(
         kinds,
@@ -410,6 +424,15 @@ async fn a_rejected_write_is_not_run_and_the_model_is_told() {
     assert!(!asked.project.path().join("out.txt").exists());
     let results = results(&asked.updates);
     assert!(results.contains("denied"), "{results}");
+    let last_status = asked
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
+            _ => None,
+        })
+        .next_back();
+    assert_eq!(last_status, Some(ToolCallStatus::Failed), "it did not run");
 }
 
 #[tokio::test]
@@ -437,4 +460,971 @@ async fn reject_always_rejects_later_calls_without_asking() {
     assert!(!asked.project.path().join("out2.txt").exists());
     let results = results(&asked.updates);
     assert_eq!(results.matches("denied").count(), 2, "{results}");
+}
+
+// ---------------------------------------------------------------------
+// A real HTTP model (the engine tests' mock OpenAI server), configuration
+// files, notifications and streamed command output.
+
+#[path = "../../toolwire-engine/tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+
+use agent_client_protocol::UntypedMessage;
+use agent_client_protocol::v1::schema::{ClientCapabilities, FileSystemCapabilities};
+
+/// Counts the bytes the agent writes (everything the client receives).
+struct Counting<R> {
+    inner: R,
+    bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.bytes
+            .fetch_add(read as u64, std::sync::atomic::Ordering::Relaxed);
+        poll
+    }
+}
+
+type CountingTransport = ByteStreams<
+    tokio_util::compat::Compat<tokio::process::ChildStdin>,
+    tokio_util::compat::Compat<Counting<tokio::process::ChildStdout>>,
+>;
+
+/// `toolwire acp` with `args` (after `acp`), its output counted.
+fn spawn_with(
+    home: &Path,
+    args: &[String],
+) -> (Child, CountingTransport, Arc<std::sync::atomic::AtomicU64>) {
+    spawn_logging(home, args, None)
+}
+
+/// [`spawn_with`], its log (at `info` for toolwire_acp) in `log` when given.
+fn spawn_logging(
+    home: &Path,
+    args: &[String],
+    log: Option<&Path>,
+) -> (Child, CountingTransport, Arc<std::sync::atomic::AtomicU64>) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    cmd.current_dir(home).env_remove("RUST_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLWIRE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let stderr = match log {
+        Some(path) => {
+            cmd.env("RUST_LOG", "warn,toolwire_acp=info");
+            Stdio::from(std::fs::File::create(path).unwrap())
+        }
+        None => Stdio::inherit(),
+    };
+    let mut child = cmd
+        .arg("acp")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let transport = ByteStreams::new(
+        child.stdin.take().unwrap().compat_write(),
+        Counting {
+            inner: child.stdout.take().unwrap(),
+            bytes: bytes.clone(),
+        }
+        .compat(),
+    );
+    (child, transport, bytes)
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought() {
+    use support::{Call, MockServer, Reply, openai_sse};
+    let server = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Deploying.",
+            &[Call {
+                id: "call_slow",
+                name: "run_command",
+                arguments: serde_json::json!({"command": "sleep 1; echo deployed"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Done.", &[])),
+    ])
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    // Not in the watched workspace (the process's directory): the
+    // database's own writes would be notifications too.
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("toolwire.toml");
+    // run_command is allowed by configuration: nobody is asked.
+    std::fs::write(&config, "[acp.permissions]\nrun_command = \"allow\"\n").unwrap();
+    let db = format!("sqlite://{}", data.path().join("t.db").display());
+    let (child, transport, _) = spawn_with(
+        home.path(),
+        &strings(&[
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--base-url",
+            &server.url,
+            "--db",
+            &db,
+            "--config",
+            config.to_str().unwrap(),
+        ]),
+    );
+
+    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
+    let asked: Arc<Mutex<u32>> = Arc::default();
+    let (running_tx, mut running_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (seen, asked_count) = (updates.clone(), asked.clone());
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                if let SessionUpdate::ToolCallUpdate(up) = &n.update
+                    && up.fields.status == Some(ToolCallStatus::InProgress)
+                {
+                    let _ = running_tx.send(());
+                }
+                seen.lock().unwrap().push(n.update);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |_request: RequestPermissionRequest, responder, _cx| {
+                *asked_count.lock().unwrap() += 1;
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                        "allow_once",
+                    )),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let prompt = cx.send_request(PromptRequest::new(
+                session.session_id.clone(),
+                vec![ContentBlock::Text(TextContent::new("deploy"))],
+            ));
+            running_rx.recv().await;
+            cx.send_notification(UntypedMessage::new(
+                "_toolwire/notify",
+                serde_json::json!({
+                    "sessionId": session.session_id.0,
+                    "source": "ci",
+                    "text": "deploy finished <ok>",
+                    "priority": "high"
+                }),
+            )?)?;
+            Ok(prompt.block_task().await?.stop_reason)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(*asked.lock().unwrap(), 0, "allowed by the config file");
+
+    // The model's next request carries the block after the tool's output.
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    let tool = received[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content = tool["content"].as_str().unwrap();
+    assert!(content.contains("deployed"), "{content}");
+    assert!(
+        content.contains(
+            "<notifications count=\"1\">\n- [ci] deploy finished &lt;ok&gt;\n</notifications>"
+        ),
+        "{content}"
+    );
+
+    // The editor saw it as a thought, after the call's result.
+    let updates = updates.lock().unwrap().clone();
+    let thought = updates
+        .iter()
+        .position(|u| matches!(u, SessionUpdate::AgentThoughtChunk(c) if text_of(&c.content).contains("[ci] deploy finished <ok>")))
+        .unwrap_or_else(|| panic!("a thought chunk: {updates:#?}"));
+    let completed = updates
+        .iter()
+        .position(|u| matches!(u, SessionUpdate::ToolCallUpdate(up) if up.fields.status == Some(ToolCallStatus::Completed)))
+        .unwrap();
+    assert!(completed < thought, "{updates:#?}");
+
+    // The call's title and kind say what it does.
+    let call = updates
+        .iter()
+        .find_map(|u| match u {
+            SessionUpdate::ToolCall(call) => Some(call.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(call.kind, ToolKind::Execute);
+    let titles: Vec<String> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.title.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        titles.contains(&"Run `sleep 1; echo deployed`".to_owned()),
+        "{titles:?}"
+    );
+    drop(child);
+}
+
+/// 35,000 lines of 80 bytes.
+const LINES: usize = 35_000;
+const PRINT_LINES: &str = "awk 'BEGIN { for (i = 0; i < 35000; i++) printf \"%079d\\n\", i }'";
+
+/// What a client saw of one `run_command`.
+struct Streamed {
+    updates: Vec<agent_client_protocol::v1::schema::ToolCallUpdate>,
+    /// Every byte the agent wrote.
+    bytes: u64,
+    /// The agent's log.
+    log: String,
+}
+
+/// Runs [`PRINT_LINES`] in a session whose client advertises `caps`.
+async fn stream_command(caps: ClientCapabilities) -> Streamed {
+    stream(caps, PRINT_LINES, "").await
+}
+
+/// Runs `command` in a session whose client advertises `caps`, with
+/// `config` added to the config file.
+async fn stream(caps: ClientCapabilities, command: &str, config_extra: &str) -> Streamed {
+    let home = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = data.path().join("script.json");
+    let steps = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": command}}]},
+        {"text": "Printed."}
+    ]});
+    std::fs::write(&script, steps.to_string()).unwrap();
+    let config = data.path().join("toolwire.toml");
+    std::fs::write(
+        &config,
+        format!("[acp]\n{config_extra}\n[acp.permissions]\nrun_command = \"allow\"\n"),
+    )
+    .unwrap();
+    let db = format!("sqlite://{}", data.path().join("t.db").display());
+    let log = data.path().join("agent.log");
+    let (mut child, transport, bytes) = spawn_logging(
+        home.path(),
+        &strings(&[
+            "--provider",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            "--db",
+            &db,
+            "--config",
+            config.to_str().unwrap(),
+        ]),
+        Some(&log),
+    );
+    let updates: Arc<Mutex<Vec<agent_client_protocol::v1::schema::ToolCallUpdate>>> =
+        Arc::default();
+    let seen = updates.clone();
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                if let SessionUpdate::ToolCallUpdate(up) = n.update {
+                    seen.lock().unwrap().push(up);
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let answer = cx
+                .send_request(PromptRequest::new(
+                    session.session_id,
+                    vec![ContentBlock::Text(TextContent::new("print"))],
+                ))
+                .block_task()
+                .await?;
+            Ok(answer.stop_reason)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::EndTurn);
+    // The connection is closed: the agent logs its metrics and exits.
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the agent exits when its stdin closes")
+        .unwrap();
+    let updates = updates.lock().unwrap().clone();
+    Streamed {
+        updates,
+        bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
+        log: std::fs::read_to_string(&log).unwrap(),
+    }
+}
+
+fn expected_output() -> String {
+    (0..LINES).map(|i| format!("{i:079}\n")).collect()
+}
+
+#[tokio::test]
+async fn command_output_is_appended_for_clients_that_show_terminal_output() {
+    let mut meta = serde_json::Map::new();
+    meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
+    let streamed = stream_command(ClientCapabilities::new().meta(meta)).await;
+    let output: String = streamed
+        .updates
+        .iter()
+        .filter_map(|up| up.meta.as_ref()?.get("terminal_output"))
+        .map(|o| o["data"].as_str().unwrap().to_owned())
+        .collect();
+    let expected = expected_output();
+    assert_eq!(output.len(), expected.len());
+    assert!(output == expected, "every byte once, in order");
+    let exit = streamed
+        .updates
+        .iter()
+        .find_map(|up| up.meta.as_ref()?.get("terminal_exit").cloned())
+        .expect("a terminal_exit");
+    assert_eq!(exit["exit_code"], 0);
+    let last = streamed.updates.last().unwrap();
+    assert_eq!(last.fields.status, Some(ToolCallStatus::Completed));
+    eprintln!(
+        "appended: {} bytes on the wire for {} bytes of output ({} updates)",
+        streamed.bytes,
+        expected.len(),
+        streamed.updates.len()
+    );
+    assert!(
+        streamed.bytes as f64 <= 1.3 * expected.len() as f64,
+        "{} bytes",
+        streamed.bytes
+    );
+    // The session's metrics are logged when the connection ends.
+    assert!(
+        streamed.log.contains("updates:") && streamed.log.contains("bytes sent against"),
+        "{}",
+        streamed.log
+    );
+}
+
+#[tokio::test]
+async fn a_call_past_its_byte_budget_sends_output_once_a_second() {
+    // 20 bursts of 64 KiB over about 2 s.
+    let command = "for i in $(seq 20); do awk 'BEGIN { for (i = 0; i < 820; i++) printf \"%079d\\n\", i }'; sleep 0.1; done";
+    let streamed = stream(
+        ClientCapabilities::new(),
+        command,
+        "call_byte_budget = 100000",
+    )
+    .await;
+    let with_content = streamed
+        .updates
+        .iter()
+        .filter(|up| up.fields.content.is_some())
+        .count();
+    eprintln!(
+        "over budget: {} bytes on the wire, {} updates with content",
+        streamed.bytes, with_content
+    );
+    // At 20 updates a second it would be ~40; past 100 kB, one a second.
+    assert!(with_content >= 2, "it streamed");
+    assert!(with_content <= 8, "{with_content} updates with content");
+    assert!(streamed.bytes < 1_000_000, "{} bytes", streamed.bytes);
+}
+
+#[tokio::test]
+async fn command_output_is_a_bounded_tail_for_other_clients() {
+    let streamed = stream_command(ClientCapabilities::new()).await;
+    let expected = expected_output();
+    assert!(
+        streamed.updates.iter().all(|up| up.meta.is_none()),
+        "no _meta for a client that did not ask"
+    );
+    let texts: Vec<String> = streamed
+        .updates
+        .iter()
+        .filter_map(|up| up.fields.content.clone())
+        .filter_map(|c| match c.last()? {
+            ToolCallContent::Content(c) => Some(text_of(&c.content)),
+            _ => None,
+        })
+        .collect();
+    // A command this fast may finish inside one coalescing window: its
+    // output then comes with the result (the budget test sees it stream).
+    assert!(!texts.is_empty());
+    for text in &texts {
+        assert!(text.len() <= 65 * 1024 + 200, "{} bytes", text.len());
+    }
+    let last = texts.last().unwrap();
+    assert!(last.contains(&format!("{:079}\n", LINES - 1)), "the tail");
+    // While it ran, the tracker's tail; at the end, the tool's result (its
+    // own tail): both say what they left out.
+    assert!(
+        last.contains("truncated") || last.contains("cut"),
+        "says it cut"
+    );
+    eprintln!(
+        "replaced: {} bytes on the wire for {} bytes of output ({} updates)",
+        streamed.bytes,
+        expected.len(),
+        streamed.updates.len()
+    );
+    assert!(
+        streamed.bytes <= 50 * 1024 * 1024,
+        "{} bytes",
+        streamed.bytes
+    );
+}
+
+/// What the editor was asked to do for the agent.
+#[derive(Default, Debug)]
+struct EditorLog {
+    reads: Vec<std::path::PathBuf>,
+    writes: Vec<(std::path::PathBuf, String)>,
+    terminals: Vec<(String, Vec<String>, Option<std::path::PathBuf>)>,
+    released: Vec<String>,
+}
+
+#[tokio::test]
+async fn files_and_commands_go_through_an_editor_that_offers_them() {
+    use agent_client_protocol::v1::schema::{
+        CreateTerminalRequest, CreateTerminalResponse, ReadTextFileRequest, ReadTextFileResponse,
+        ReleaseTerminalRequest, ReleaseTerminalResponse, TerminalExitStatus, TerminalOutputRequest,
+        TerminalOutputResponse, WaitForTerminalExitRequest, WaitForTerminalExitResponse,
+        WriteTextFileRequest, WriteTextFileResponse,
+    };
+    let home = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("notes.txt"), "on disk\n").unwrap();
+    let script = data.path().join("script.json");
+    let steps = serde_json::json!({"steps": [
+        {"tool_calls": [
+            {"name": "read_file", "arguments": {"path": "notes.txt"}},
+            {"name": "write_file", "arguments": {"path": "notes.txt", "content": "rewritten\n"}},
+            {"name": "apply_diff", "arguments": {"path": "notes.txt", "diff": "@@ -1 +1 @@\n-unsaved buffer\n+patched\n"}},
+            {"name": "run_command", "arguments": {"command": "make"}}
+        ]},
+        {"text": "Done."}
+    ]});
+    std::fs::write(&script, steps.to_string()).unwrap();
+    let db = format!("sqlite://{}", data.path().join("t.db").display());
+    let (child, transport, _) = spawn_with(
+        home.path(),
+        &strings(&[
+            "--provider",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            "--db",
+            &db,
+        ]),
+    );
+
+    let log: Arc<Mutex<EditorLog>> = Arc::default();
+    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
+    let asked: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
+    let (l1, l2, l3, l4) = (log.clone(), log.clone(), log.clone(), log.clone());
+    let (seen, asked_log) = (updates.clone(), asked.clone());
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                seen.lock().unwrap().push(n.update);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: RequestPermissionRequest, responder, _cx| {
+                asked_log.lock().unwrap().push(request);
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                        "allow_once",
+                    )),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ReadTextFileRequest, responder, _cx| {
+                l1.lock().unwrap().reads.push(request.path);
+                responder.respond(ReadTextFileResponse::new("unsaved buffer\n"))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: WriteTextFileRequest, responder, _cx| {
+                l2.lock()
+                    .unwrap()
+                    .writes
+                    .push((request.path, request.content));
+                responder.respond(WriteTextFileResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: CreateTerminalRequest, responder, _cx| {
+                l3.lock()
+                    .unwrap()
+                    .terminals
+                    .push((request.command, request.args, request.cwd));
+                responder.respond(CreateTerminalResponse::new("term-1"))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_request: WaitForTerminalExitRequest, responder, _cx| {
+                responder.respond(WaitForTerminalExitResponse::new(
+                    TerminalExitStatus::new().exit_code(0),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_request: TerminalOutputRequest, responder, _cx| {
+                responder.respond(
+                    TerminalOutputResponse::new("built in the editor\n", false)
+                        .exit_status(TerminalExitStatus::new().exit_code(0)),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ReleaseTerminalRequest, responder, _cx| {
+                l4.lock()
+                    .unwrap()
+                    .released
+                    .push(request.terminal_id.0.to_string());
+                responder.respond(ReleaseTerminalResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            let caps = ClientCapabilities::new()
+                .fs(FileSystemCapabilities::new()
+                    .read_text_file(true)
+                    .write_text_file(true))
+                .terminal(true);
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let answer = cx
+                .send_request(PromptRequest::new(
+                    session.session_id,
+                    vec![ContentBlock::Text(TextContent::new("go"))],
+                ))
+                .block_task()
+                .await?;
+            Ok(answer.stop_reason)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+
+    let notes = project.path().join("notes.txt");
+    let log = log.lock().unwrap();
+    assert!(log.reads.contains(&notes), "{log:?}");
+    // The diff applied to the editor's buffer, not to the file on disk.
+    assert_eq!(log.writes.len(), 2, "{log:?}");
+    assert!(
+        log.writes
+            .contains(&(notes.clone(), "rewritten\n".to_owned()))
+    );
+    assert!(
+        log.writes
+            .contains(&(notes.clone(), "patched\n".to_owned()))
+    );
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap(),
+        "on disk\n",
+        "the editor wrote, not the agent"
+    );
+    assert_eq!(
+        log.terminals,
+        [(
+            "sh".to_owned(),
+            vec!["-c".to_owned(), "make".to_owned()],
+            Some(project.path().to_path_buf())
+        )]
+    );
+    assert_eq!(log.released, ["term-1"]);
+
+    // The write was asked about with the editor's text as the old one.
+    let asked = asked.lock().unwrap();
+    let diff = asked
+        .iter()
+        .flat_map(|r| r.tool_call.fields.content.iter().flatten())
+        .find_map(|c| match c {
+            ToolCallContent::Diff(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a diff");
+    assert_eq!(diff.old_text.as_deref(), Some("unsaved buffer\n"));
+
+    let updates = updates.lock().unwrap().clone();
+    let results = results(&updates);
+    assert!(results.contains("unsaved buffer"), "{results}");
+    let terminal = updates.iter().any(|u| match u {
+        SessionUpdate::ToolCallUpdate(up) => up.fields.content.iter().flatten().any(
+            |c| matches!(c, ToolCallContent::Terminal(t) if t.terminal_id.0.as_ref() == "term-1"),
+        ),
+        _ => false,
+    });
+    assert!(
+        terminal,
+        "the command's call shows the editor's terminal: {updates:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_while_the_editor_asks_ends_the_prompt_and_runs_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = home.path().join("script.yaml");
+    std::fs::write(&script, WRITE_TWICE).unwrap();
+    let db = format!("sqlite://{}", home.path().join("t.db").display());
+    let (child, transport) = spawn_agent(home.path(), &script, &db);
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_request(
+            // The user presses stop while the question is open: the client
+            // cancels the session and answers the question `cancelled`, as
+            // ACP asks.
+            async move |request: RequestPermissionRequest, responder, cx| {
+                cx.send_notification(CancelNotification::new(request.session_id))?;
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Cancelled,
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let first = cx
+                .send_request(PromptRequest::new(
+                    session.session_id.clone(),
+                    vec![ContentBlock::Text(TextContent::new("write it"))],
+                ))
+                .block_task()
+                .await?
+                .stop_reason;
+            Ok(first)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the cancelled prompt was answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::Cancelled);
+    assert!(!project.path().join("out.txt").exists());
+    drop(child);
+}
+
+#[tokio::test]
+async fn a_loaded_session_keeps_its_always_answers() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = home.path().join("script.yaml");
+    std::fs::write(&script, WRITE_TWICE).unwrap();
+    let db = format!("sqlite://{}", home.path().join("t.db").display());
+    let asked: Arc<Mutex<u32>> = Arc::default();
+
+    // Run one prompt in a new (`None`) or loaded session; returns its id.
+    let prompt_once = |load: Option<agent_client_protocol::v1::schema::SessionId>| {
+        let (child, transport) = spawn_agent(home.path(), &script, &db);
+        let count = asked.clone();
+        let cwd = project.path().to_path_buf();
+        let run = Client
+            .v1()
+            .on_receive_request(
+                async move |_request: RequestPermissionRequest, responder, _cx| {
+                    *count.lock().unwrap() += 1;
+                    responder.respond(RequestPermissionResponse::new(
+                        RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                            "allow_always",
+                        )),
+                    ))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                    .block_task()
+                    .await?;
+                let id = match load {
+                    Some(id) => {
+                        cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
+                            .block_task()
+                            .await?;
+                        id
+                    }
+                    None => {
+                        cx.send_request(NewSessionRequest::new(cwd))
+                            .block_task()
+                            .await?
+                            .session_id
+                    }
+                };
+                let stop = cx
+                    .send_request(PromptRequest::new(
+                        id.clone(),
+                        vec![ContentBlock::Text(TextContent::new("write it"))],
+                    ))
+                    .block_task()
+                    .await?
+                    .stop_reason;
+                assert_eq!(stop, StopReason::EndTurn);
+                Ok(id)
+            });
+        async move {
+            let id = tokio::time::timeout(Duration::from_secs(60), run)
+                .await
+                .expect("the agent answered in time")
+                .expect("the ACP exchange succeeded");
+            drop(child);
+            id
+        }
+    };
+    let id = prompt_once(None).await;
+    assert_eq!(*asked.lock().unwrap(), 1);
+    // Another agent process (an editor restart): the stored answer holds.
+    prompt_once(Some(id)).await;
+    assert_eq!(*asked.lock().unwrap(), 1, "not asked again after the load");
+    // The script's second turn (the conversation's second prompt).
+    assert!(project.path().join("out2.txt").exists());
+}
+
+#[tokio::test]
+async fn a_client_can_ask_for_complete_tool_call_objects() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("hello.txt"), "hi\n").unwrap();
+    let script = home.path().join("script.yaml");
+    std::fs::write(&script, LIST_THEN_ANSWER).unwrap();
+    let db = format!("sqlite://{}", home.path().join("t.db").display());
+    let (child, transport) = spawn_agent(home.path(), &script, &db);
+    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
+    let seen = updates.clone();
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                seen.lock().unwrap().push(n.update);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "toolwire".into(),
+                serde_json::json!({"complete_tool_calls": true}),
+            );
+            cx.send_request(
+                InitializeRequest::new(ProtocolVersion::V1)
+                    .client_capabilities(ClientCapabilities::new().meta(meta)),
+            )
+            .block_task()
+            .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            cx.send_request(PromptRequest::new(
+                session.session_id,
+                vec![ContentBlock::Text(TextContent::new("what is here?"))],
+            ))
+            .block_task()
+            .await?;
+            Ok(())
+        });
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    drop(child);
+    let updates = updates.lock().unwrap().clone();
+    let calls: Vec<_> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => Some(up.fields.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!calls.is_empty());
+    for fields in &calls {
+        assert!(
+            fields.title.is_some()
+                && fields.kind.is_some()
+                && fields.status.is_some()
+                && fields.content.is_some()
+                && fields.locations.is_some(),
+            "a complete object: {fields:?}"
+        );
+    }
+}
+
+/// The benchmark's slow case through the whole agent: 35,000 lines of 80
+/// bytes over 35 s, both modes. Slow, so run by hand:
+/// `cargo test -p toolwire-cli --test acp -- --ignored --nocapture slow_35000`.
+#[tokio::test]
+#[ignore]
+async fn slow_35000_lines_stay_bounded_in_both_modes() {
+    // 50 lines every 50 ms: output that never pauses long enough for the
+    // rate limit to rest (the benchmark's worst case).
+    let command = "for i in $(seq 700); do awk 'BEGIN { for (i = 0; i < 50; i++) printf \"%079d\\n\", i }'; sleep 0.05; done";
+    let mut meta = serde_json::Map::new();
+    meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
+    let appended = stream(ClientCapabilities::new().meta(meta), command, "").await;
+    let replaced = stream(ClientCapabilities::new(), command, "").await;
+    eprintln!(
+        "35 s, 2,800,000 bytes of output: appended {} bytes ({} updates), replaced {} bytes ({} updates)",
+        appended.bytes,
+        appended.updates.len(),
+        replaced.bytes,
+        replaced.updates.len()
+    );
+    assert!(appended.bytes as f64 <= 1.3 * 2_800_000.0);
+    assert!(replaced.bytes <= 50 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "one\ntwo\n").unwrap();
+    let script = home.path().join("script.json");
+    let steps = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "apply_diff", "arguments": {
+            "path": "a.txt",
+            "diff": "@@ -1,2 +1,2 @@\n one\n-two\n+three\n"
+        }}]},
+        {"text": "Edited."}
+    ]});
+    std::fs::write(&script, steps.to_string()).unwrap();
+    let db = format!("sqlite://{}", home.path().join("t.db").display());
+    let (child, transport) = spawn_agent(home.path(), &script, &db);
+    let asked: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
+    let log = asked.clone();
+    let cwd = project.path().to_path_buf();
+    let run = Client
+        .v1()
+        .on_receive_request(
+            async move |request: RequestPermissionRequest, responder, _cx| {
+                log.lock().unwrap().push(request);
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                        "allow_once",
+                    )),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let answer = cx
+                .send_request(PromptRequest::new(
+                    session.session_id,
+                    vec![ContentBlock::Text(TextContent::new("edit"))],
+                ))
+                .block_task()
+                .await?;
+            Ok(answer.stop_reason)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+    let asked = asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    let fields = &asked[0].tool_call.fields;
+    assert_eq!(fields.title.as_deref(), Some("Edit a.txt"));
+    assert_eq!(fields.kind, Some(ToolKind::Edit));
+    let diff = fields
+        .content
+        .iter()
+        .flatten()
+        .find_map(|c| match c {
+            ToolCallContent::Diff(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a diff");
+    assert_eq!(diff.path, project.path().join("a.txt"));
+    assert_eq!(diff.old_text.as_deref(), Some("one\ntwo\n"));
+    assert_eq!(diff.new_text, "one\nthree\n");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
+        "one\nthree\n"
+    );
 }

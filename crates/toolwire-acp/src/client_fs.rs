@@ -1,0 +1,208 @@
+//! Files through the editor: when the client advertises
+//! `fs.readTextFile` / `fs.writeTextFile`, `read_file` and `write_file`
+//! (and `apply_diff`, given both) read and write through it
+//! (`fs/read_text_file`, `fs/write_text_file`), so the model sees unsaved
+//! buffers and its writes land in them. The
+//! tools keep the built-in ones' names, arguments and sandbox (paths stay
+//! under the session's cwd).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{ReadTextFileRequest, SessionId, WriteTextFileRequest};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+use toolwire_engine::tools::builtin::{Workspace, preview_diff};
+use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+
+use crate::Session;
+
+/// Text returned by one read, at most (the built-in tool's cap is alike).
+const MAX_READ: usize = 256 * 1024;
+
+/// The editor side of a session's files.
+#[derive(Clone)]
+pub(crate) struct ClientFs {
+    pub cx: ConnectionTo<Client>,
+    pub session_id: SessionId,
+    pub read: bool,
+    pub write: bool,
+}
+
+impl ClientFs {
+    async fn read(
+        &self,
+        path: &Path,
+        line: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<String, agent_client_protocol::Error> {
+        let request = ReadTextFileRequest::new(self.session_id.clone(), path)
+            .line(line)
+            .limit(limit);
+        Ok(self.cx.send_request(request).block_task().await?.content)
+    }
+}
+
+/// The current text of `path` for an edit preview (`None`: no such file):
+/// the editor's buffer when it offers reads.
+pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> Option<String> {
+    match &session.fs {
+        Some(fs) if fs.read => fs.read(path, None, None).await.ok(),
+        _ => tokio::fs::read_to_string(path).await.ok(),
+    }
+}
+
+/// `read_file` through the editor.
+pub(crate) struct ClientReadFile {
+    pub spec: ToolSpec,
+    pub fs: ClientFs,
+    pub workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct ReadArgs {
+    path: String,
+    #[serde(default)]
+    offset: Option<u32>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+#[async_trait]
+impl Tool for ClientReadFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: ReadArgs = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        if args.offset == Some(0) || args.limit == Some(0) {
+            return Err(ToolError::InvalidArguments(
+                "offset and limit start at 1 (lines are numbered from 1)".into(),
+            ));
+        }
+        let path = self.workspace.resolve(&args.path)?;
+        let shown = self.workspace.display(&path);
+        ctx.progress.report(toolwire_core::Progress::Locations {
+            locations: vec![toolwire_core::Location {
+                path: path.display().to_string(),
+                line: args.offset.or(Some(1)),
+            }],
+        });
+        let read = self.fs.read(&path, args.offset, args.limit);
+        let mut text = tokio::select! {
+            read = read => read.map_err(|e| ToolError::Failed(format!("the editor could not read `{shown}`: {}", e.message)))?,
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        };
+        if text.len() > MAX_READ {
+            let cut = text.floor_char_boundary(MAX_READ);
+            let line =
+                text[..cut].matches('\n').count() as u64 + u64::from(args.offset.unwrap_or(1));
+            text.truncate(cut);
+            text.push_str(&format!(
+                "\n[truncated: output is capped at {} KiB and was cut in line {line}; call again with offset={line} to continue]",
+                MAX_READ / 1024
+            ));
+        }
+        Ok(ToolOutput::ok(text))
+    }
+}
+
+/// `write_file` through the editor.
+pub(crate) struct ClientWriteFile {
+    pub spec: ToolSpec,
+    pub fs: ClientFs,
+    pub workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[async_trait]
+impl Tool for ClientWriteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: WriteArgs = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let path = self.workspace.resolve(&args.path)?;
+        let shown = self.workspace.display(&path);
+        ctx.progress.report(toolwire_core::Progress::Locations {
+            locations: vec![toolwire_core::Location {
+                path: path.display().to_string(),
+                line: None,
+            }],
+        });
+        let bytes = args.content.len();
+        let request = WriteTextFileRequest::new(self.fs.session_id.clone(), &path, args.content);
+        let written = self.fs.cx.send_request(request).block_task();
+        tokio::select! {
+            written = written => {
+                written.map_err(|e| ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message)))?;
+            }
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        }
+        Ok(ToolOutput::ok(format!(
+            "wrote `{shown}` in the editor: {bytes} bytes"
+        )))
+    }
+}
+
+/// `apply_diff` through the editor: its buffer is the old text, the
+/// patched text goes back to it.
+pub(crate) struct ClientApplyDiff {
+    pub spec: ToolSpec,
+    pub fs: ClientFs,
+    pub workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct DiffArgs {
+    path: String,
+    diff: String,
+}
+
+#[async_trait]
+impl Tool for ClientApplyDiff {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: DiffArgs = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let path = self.workspace.resolve(&args.path)?;
+        let shown = self.workspace.display(&path);
+        ctx.progress.report(toolwire_core::Progress::Locations {
+            locations: vec![toolwire_core::Location {
+                path: path.display().to_string(),
+                line: None,
+            }],
+        });
+        // A file the editor cannot read counts as empty: a diff that
+        // creates it starts from nothing, any other fails to apply.
+        let old = self.fs.read(&path, None, None).await.unwrap_or_default();
+        let new = preview_diff(&old, &args.diff)
+            .map_err(|e| ToolError::Failed(format!("`{shown}` unchanged: {e}")))?;
+        let request = WriteTextFileRequest::new(self.fs.session_id.clone(), &path, new);
+        let written = self.fs.cx.send_request(request).block_task();
+        tokio::select! {
+            written = written => {
+                written.map_err(|e| ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message)))?;
+            }
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        }
+        Ok(ToolOutput::ok(format!(
+            "applied the diff to `{shown}` in the editor"
+        )))
+    }
+}

@@ -1,0 +1,465 @@
+//! A turn's events as `session/update` notifications. Tool calls go
+//! through a [`ToolCallTracker`], so each `tool_call_update` carries only
+//! what changed, coalesced and rate-limited per call; titles and locations
+//! sharpen as the model writes the arguments; a command's output streams
+//! as appended `_meta.terminal_output` (clients that advertise it) or as a
+//! bounded, replaced tail, throttled further once a call has sent its
+//! byte budget.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    ContentChunk, SessionId, SessionNotification, SessionUpdate,
+};
+use serde_json::{Map, Value, json};
+use toolwire_core::{
+    AgentEvent, ContentBlock, Location, Message, Progress, ToolCallContent, ToolCallId,
+    ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerMetrics,
+};
+
+use crate::{Session, convert, notify, titles};
+
+/// What is known of one call beyond what the tracker keeps.
+#[derive(Debug, Default)]
+struct CallInfo {
+    name: String,
+    /// The argument fields complete so far.
+    args: Map<String, Value>,
+    /// Output went out as appended terminal output.
+    streamed: bool,
+}
+
+pub(crate) struct Updates<'a> {
+    session_id: SessionId,
+    session: &'a Session,
+    cx: &'a ConnectionTo<Client>,
+    tracker: ToolCallTracker,
+    calls: HashMap<ToolCallId, CallInfo>,
+}
+
+impl<'a> Updates<'a> {
+    pub(crate) fn new(
+        session_id: SessionId,
+        session: &'a Session,
+        cx: &'a ConnectionTo<Client>,
+    ) -> Self {
+        Updates {
+            session_id,
+            session,
+            cx,
+            tracker: ToolCallTracker::new(session.tracker.clone()),
+            calls: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> TrackerMetrics {
+        *self.tracker.metrics()
+    }
+
+    fn send(&self, update: SessionUpdate) -> Result<(), agent_client_protocol::Error> {
+        self.cx
+            .send_notification(SessionNotification::new(self.session_id.clone(), update))
+    }
+
+    pub(crate) fn event(&mut self, event: &AgentEvent) -> Result<(), agent_client_protocol::Error> {
+        let now = Instant::now();
+        match event {
+            AgentEvent::TextDelta { text, .. } => self.send(SessionUpdate::AgentMessageChunk(
+                ContentChunk::new(convert::text_block(text)),
+            )),
+            AgentEvent::ReasoningDelta { text, .. } => self.send(SessionUpdate::AgentThoughtChunk(
+                ContentChunk::new(convert::text_block(text)),
+            )),
+            AgentEvent::ToolCallStarted { call_id, name, .. } => self.announce(call_id, name),
+            AgentEvent::ArgumentField {
+                call_id,
+                key,
+                value,
+                ..
+            } => {
+                let Some(info) = self.calls.get_mut(call_id) else {
+                    return Ok(());
+                };
+                info.args.insert(key.clone(), value.clone());
+                let args = Value::Object(info.args.clone());
+                let patch = self.described(call_id, &args);
+                self.patch(patch, now)
+            }
+            AgentEvent::ToolCallsGenerated { calls, .. } => {
+                for call in calls {
+                    self.announce(&call.id, &call.name)?;
+                    let patch = self
+                        .described(&call.id, &call.arguments)
+                        .raw_input(call.arguments.clone());
+                    self.patch(patch, now)?;
+                }
+                Ok(())
+            }
+            AgentEvent::ApprovalRequested { calls, .. } => {
+                for gated in calls {
+                    let call = &gated.call;
+                    self.announce(&call.id, &call.name)?;
+                    let patch = self
+                        .described(&call.id, &call.arguments)
+                        .raw_input(call.arguments.clone());
+                    self.patch(patch, now)?;
+                    // The permission request comes next: the editor shows
+                    // the call as it is asked about.
+                    self.flush(&call.id, now)?;
+                }
+                Ok(())
+            }
+            AgentEvent::ToolExecutionStarted { call_id, name, .. } => {
+                self.announce(call_id, name)?;
+                self.patch(
+                    ToolCallPatch::new(call_id.clone()).status(ToolCallStatus::InProgress),
+                    now,
+                )?;
+                // Sent now, not merged into a quick call's completion:
+                // every status change reaches the client.
+                self.flush(call_id, now)
+            }
+            AgentEvent::ToolExecutionProgress {
+                call_id, progress, ..
+            } => match progress {
+                Progress::Output { text } => self.output(call_id, text, now),
+                Progress::Locations { locations } => {
+                    let locations = locations
+                        .iter()
+                        .map(|l| Location {
+                            path: titles::absolute(&self.session.cwd, &l.path),
+                            line: l.line,
+                        })
+                        .collect();
+                    self.patch(
+                        ToolCallPatch::new(call_id.clone()).locations(locations),
+                        now,
+                    )
+                }
+                // A command in the editor's terminal says so: the call
+                // shows that terminal.
+                Progress::Status { .. } => match self.client_terminal(call_id) {
+                    Some(terminal_id) => self.patch(
+                        ToolCallPatch::new(call_id.clone())
+                            .content(vec![ToolCallContent::Terminal { terminal_id }]),
+                        now,
+                    ),
+                    None => Ok(()),
+                },
+            },
+            // A call that did not succeed (rejected, cancelled, or its tool
+            // reported an error) is `failed` for the client.
+            AgentEvent::ToolExecutionCompleted {
+                call_id, message, ..
+            } if result_is_error(message, call_id) => self.finish(
+                call_id,
+                ToolCallStatus::Failed,
+                result_text(message, call_id),
+                now,
+            ),
+            AgentEvent::ToolExecutionCompleted {
+                call_id, message, ..
+            } => self.finish(
+                call_id,
+                ToolCallStatus::Completed,
+                result_text(message, call_id),
+                now,
+            ),
+            AgentEvent::ToolExecutionFailed {
+                call_id,
+                error,
+                message,
+                ..
+            } => {
+                let text = result_text(message, call_id);
+                let text = if text.is_empty() { error.clone() } else { text };
+                self.finish(call_id, ToolCallStatus::Failed, text, now)
+            }
+            AgentEvent::NotificationsInjected { notices, .. } => {
+                // After the result they ride on, as the model reads them.
+                self.flush_all(now)?;
+                self.send(SessionUpdate::AgentThoughtChunk(ContentChunk::new(
+                    convert::text_block(&notify::thought_text(notices)),
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The editor terminal call `id` runs in, if any.
+    fn client_terminal(&self, id: &ToolCallId) -> Option<String> {
+        self.session.terminals.lock().ok()?.get(id).cloned()
+    }
+
+    /// A patch with the title, kind and locations `args` give.
+    fn described(&self, id: &ToolCallId, args: &Value) -> ToolCallPatch {
+        let name = self.calls.get(id).map(|c| c.name.as_str()).unwrap_or("");
+        let d = titles::describe(name, args, &self.session.cwd);
+        ToolCallPatch::new(id.clone())
+            .title(d.title)
+            .kind(d.kind)
+            .locations(d.locations)
+    }
+
+    /// Sends the `tool_call` of a call not announced yet.
+    fn announce(
+        &mut self,
+        id: &ToolCallId,
+        name: &str,
+    ) -> Result<(), agent_client_protocol::Error> {
+        if self.calls.contains_key(id) {
+            return Ok(());
+        }
+        self.calls.insert(
+            id.clone(),
+            CallInfo {
+                name: name.to_owned(),
+                ..CallInfo::default()
+            },
+        );
+        let d = titles::describe(name, &Value::Object(Map::new()), &self.session.cwd);
+        let mut state = ToolCallState::new(id.clone(), d.title, d.kind);
+        state.locations = d.locations;
+        match self.tracker.announce(state) {
+            Ok(state) => self.send(SessionUpdate::ToolCall(convert::tool_call(&state))),
+            Err(e) => {
+                tracing::debug!(error = %e, "tool call not announced");
+                Ok(())
+            }
+        }
+    }
+
+    /// Records `patch`; sends what is due.
+    fn patch(
+        &mut self,
+        patch: ToolCallPatch,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        match self.tracker.update(patch, now) {
+            Ok(Some(patch)) => self.send_patch(patch, None),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "tool call update dropped");
+                Ok(())
+            }
+        }
+    }
+
+    /// A command's output, to the tracker (whose window, rate and per-call
+    /// byte budget bound how often it goes out).
+    fn output(
+        &mut self,
+        id: &ToolCallId,
+        text: &str,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        if let Some(info) = self.calls.get_mut(id) {
+            info.streamed |= self.tracker.config().appended_output;
+        }
+        match self.tracker.append_output(id, text, now) {
+            Ok(Some(patch)) => self.send_patch(patch, None),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "output dropped");
+                Ok(())
+            }
+        }
+    }
+
+    /// The call's final status and result, sent at once.
+    fn finish(
+        &mut self,
+        id: &ToolCallId,
+        status: ToolCallStatus,
+        result: String,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let streamed = self.calls.get(id).is_some_and(|c| c.streamed);
+        let mut patch = ToolCallPatch::new(id.clone()).status(status);
+        let mut exit = None;
+        if let Some(terminal_id) = self.client_terminal(id) {
+            // The editor's terminal shows the output; the call keeps it.
+            patch = patch.content(vec![ToolCallContent::Terminal { terminal_id }]);
+            if let Ok(mut terminals) = self.session.terminals.lock() {
+                terminals.remove(id);
+            }
+        } else if streamed {
+            // The terminal already shows the output; its exit status ends it.
+            exit = Some(terminal_exit(id, &result));
+        } else {
+            patch = patch.content(vec![ToolCallContent::text(result)]);
+        }
+        if let Err(e) = self.tracker.push(patch, now) {
+            tracing::debug!(error = %e, "final update dropped");
+            return Ok(());
+        }
+        match self.tracker.flush(id, now) {
+            Ok(Some(patch)) => self.send_patch(patch, exit),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "final update dropped");
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&mut self, id: &ToolCallId, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        match self.tracker.flush(id, now) {
+            Ok(Some(patch)) => self.send_patch(patch, None),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sends everything waiting (before text that must come after it, and
+    /// at the end of the turn).
+    pub(crate) fn flush_all(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        for patch in self.tracker.flush_all(now) {
+            self.send_patch(patch, None)?;
+        }
+        Ok(())
+    }
+
+    /// When something waiting becomes due.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.tracker.next_deadline()
+    }
+
+    /// Sends what is due at `now`.
+    pub(crate) fn tick(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        for patch in self.tracker.due(now) {
+            self.send_patch(patch, None)?;
+        }
+        Ok(())
+    }
+
+    fn send_patch(
+        &mut self,
+        patch: ToolCallPatch,
+        exit: Option<Value>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        self.send(SessionUpdate::ToolCallUpdate(wire(&patch, exit)))
+    }
+}
+
+/// The `tool_call_update` of `patch`: appended output and the exit of a
+/// streamed command in `_meta` (the codex-acp / claude-agent-acp names).
+fn wire(
+    patch: &ToolCallPatch,
+    exit: Option<Value>,
+) -> agent_client_protocol::v1::schema::ToolCallUpdate {
+    let mut update = convert::tool_call_update(patch);
+    let mut meta = Map::new();
+    if let Some(output) = &patch.terminal_output {
+        meta.insert(
+            "terminal_output".into(),
+            json!({"terminal_id": output.terminal_id, "data": output.data}),
+        );
+    }
+    if let Some(exit) = exit {
+        meta.insert("terminal_exit".into(), exit);
+    }
+    if !meta.is_empty() {
+        update.meta = Some(meta);
+    }
+    update
+}
+
+/// `_meta.terminal_exit` of a command whose result ends with run_command's
+/// `[exit code: N]` or `[killed by signal S]`.
+fn terminal_exit(id: &ToolCallId, result: &str) -> Value {
+    let after = |marker: &str| -> Option<i64> {
+        let start = result.rfind(marker)? + marker.len();
+        let rest = &result[start..];
+        let end = rest.find(']')?;
+        rest[..end].trim().parse().ok()
+    };
+    json!({
+        "terminal_id": id.0,
+        "exit_code": after("[exit code:"),
+        "signal": after("[killed by signal"),
+    })
+}
+
+/// The result text of call `id` in its result message.
+pub(crate) fn result_text(message: &Message, id: &ToolCallId) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } if tool_use_id == id => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the result of call `id` in `message` is an error.
+fn result_is_error(message: &Message, id: &ToolCallId) -> bool {
+    message.content.iter().any(|block| {
+        matches!(block, ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id == id)
+    })
+}
+
+/// Adds `more` to `total`.
+pub(crate) fn add_metrics(total: &mut TrackerMetrics, more: &TrackerMetrics) {
+    total.announced += more.announced;
+    total.announce_bytes += more.announce_bytes;
+    total.updates_sent += more.updates_sent;
+    total.coalesced += more.coalesced;
+    total.suppressed += more.suppressed;
+    total.patch_bytes += more.patch_bytes;
+    total.complete_bytes += more.complete_bytes;
+}
+
+/// One line for the log.
+pub fn session_metrics_line(m: &TrackerMetrics) -> String {
+    format!(
+        "tool calls: {} announced; updates: {} sent, {} coalesced, {} suppressed (no change); \
+         {} bytes sent against {} as complete objects ({:.0}% saved)",
+        m.announced,
+        m.updates_sent,
+        m.coalesced,
+        m.suppressed,
+        m.patch_bytes,
+        m.complete_bytes,
+        m.saved() * 100.0
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_is_read_from_the_result() {
+        let id = ToolCallId("c".into());
+        assert_eq!(
+            terminal_exit(&id, "out\n[exit code: 2]"),
+            json!({"terminal_id": "c", "exit_code": 2, "signal": null})
+        );
+        assert_eq!(
+            terminal_exit(&id, "[killed by signal 9]"),
+            json!({"terminal_id": "c", "exit_code": null, "signal": 9})
+        );
+    }
+
+    #[test]
+    fn appended_output_goes_in_meta() {
+        let mut patch = ToolCallPatch::new("c");
+        patch.terminal_output = Some(toolwire_core::TerminalOutput {
+            terminal_id: "c".into(),
+            data: "hi\n".into(),
+        });
+        let json = serde_json::to_value(wire(&patch, None)).unwrap_or_default();
+        assert_eq!(
+            json,
+            json!({"toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "hi\n"}}})
+        );
+    }
+}
