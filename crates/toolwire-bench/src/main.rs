@@ -16,11 +16,16 @@
 //!   calls one built-in tool; prints messages/s, time to first event,
 //!   message latency and the server's RSS, and checks that every message
 //!   was answered and stored (see `serve_load.rs`).
+//! * `ws-fanout`: the real `toolwire serve` with N live-view WebSocket
+//!   clients on one conversation; prints the fan-out latency (a client's
+//!   arrival of a frame minus the first client's) and checks that every
+//!   client got every event once, in order (see `ws_fanout.rs`).
 //!
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
 
 mod serve_load;
+mod ws_fanout;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -114,6 +119,32 @@ enum Command {
         #[arg(long, default_value_t = 12)]
         settle: u64,
     },
+    /// Starts `toolwire serve` (scripted provider, fresh SQLite file),
+    /// opens N live-view WebSockets on one conversation and runs T turns;
+    /// prints the fan-out latency of their frames.
+    WsFanout {
+        /// The toolwire binary (default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        /// WebSocket clients, all on the one conversation.
+        #[arg(long, default_value_t = 500)]
+        clients: usize,
+        /// Turns, one after the other.
+        #[arg(long, default_value_t = 5)]
+        turns: usize,
+        /// Bytes per chunk of each answer's stream (one event each).
+        #[arg(long, default_value_t = 16)]
+        chunk_size: usize,
+        /// Milliseconds between chunks.
+        #[arg(long, default_value_t = 5)]
+        delay_ms: u64,
+        /// Sockets opened at once.
+        #[arg(long, default_value_t = 50)]
+        connect_parallel: usize,
+        /// Seconds before the whole run gives up.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
 }
 
 #[tokio::main]
@@ -167,6 +198,26 @@ async fn main() -> Result<()> {
                 request_timeout: Duration::from_secs(request_timeout),
                 timeout: Duration::from_secs(timeout),
                 settle: Duration::from_secs(settle),
+            })
+            .await
+        }
+        Command::WsFanout {
+            toolwire,
+            clients,
+            turns,
+            chunk_size,
+            delay_ms,
+            connect_parallel,
+            timeout,
+        } => {
+            ws_fanout::ws_fanout(ws_fanout::Options {
+                toolwire,
+                clients,
+                turns,
+                chunk_size,
+                delay_ms,
+                connect_parallel,
+                timeout: Duration::from_secs(timeout),
             })
             .await
         }

@@ -73,7 +73,7 @@ fn script(chunk_size: usize) -> String {
 
 /// `target/release/toolwire` next to this executable (which lives in
 /// `target/release/` too).
-fn default_toolwire() -> Result<PathBuf> {
+pub(crate) fn default_toolwire() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let dir = exe
         .parent()
@@ -158,10 +158,10 @@ fn strip_ansi(line: &str) -> String {
 }
 
 /// The server process, its address and what it wrote to stderr.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    pid: u32,
-    base: String,
+    pub(crate) pid: u32,
+    pub(crate) base: String,
     /// Log lines at WARN or ERROR.
     complaints: Arc<Mutex<Vec<String>>>,
     /// The last lines of stderr, for a failure report.
@@ -169,7 +169,8 @@ struct Server {
 }
 
 impl Server {
-    async fn start(toolwire: &Path, dir: &Path, chunk_size: usize) -> Result<Server> {
+    /// Starts `toolwire` in `dir`, playing `script` (YAML).
+    pub(crate) async fn start(toolwire: &Path, dir: &Path, script: &str) -> Result<Server> {
         let workspace = dir.join("workspace");
         for (name, text) in WORKSPACE_FILES {
             let path = workspace.join(name);
@@ -179,7 +180,7 @@ impl Server {
             std::fs::write(&path, text)?;
         }
         let script_path = dir.join("script.yaml");
-        std::fs::write(&script_path, script(chunk_size))?;
+        std::fs::write(&script_path, script)?;
         let db = format!("sqlite://{}", dir.join("load.db").display());
 
         let mut command = Command::new(toolwire);
@@ -266,12 +267,12 @@ impl Server {
         self.tail.lock().map(|t| t.join("\n")).unwrap_or_default()
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Polls until the API answers.
-    async fn wait_ready(&mut self, http: &reqwest::Client) -> Result<()> {
+    pub(crate) async fn wait_ready(&mut self, http: &reqwest::Client) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait()? {
@@ -291,7 +292,7 @@ impl Server {
     }
 
     /// SIGTERM, then waits for a clean exit (SIGKILL after 10 s).
-    async fn stop(mut self) -> Result<()> {
+    pub(crate) async fn stop(mut self) -> Result<()> {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
         let pid = i32::try_from(self.pid).context("pid out of range")?;
@@ -316,7 +317,7 @@ impl Server {
 }
 
 /// Sends a request; the JSON body of its 2xx answer.
-async fn call_json(req: reqwest::RequestBuilder) -> Result<Value> {
+pub(crate) async fn call_json(req: reqwest::RequestBuilder) -> Result<Value> {
     let response = req.send().await?;
     let status = response.status();
     let text = response.text().await?;
@@ -500,7 +501,7 @@ pub async fn serve_load(o: Options) -> Result<()> {
         .pool_max_idle_per_host(o.clients.max(1) * 2)
         .build()?;
 
-    let mut server = Server::start(&toolwire, dir.path(), o.chunk_size).await?;
+    let mut server = Server::start(&toolwire, dir.path(), &script(o.chunk_size)).await?;
     server.wait_ready(&http).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!(

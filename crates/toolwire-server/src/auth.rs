@@ -1,6 +1,7 @@
 //! Bearer API keys. With keys configured every `/v1` request must carry
-//! one (`Authorization: Bearer KEY`); without, the server only listens on
-//! loopback, so nothing off the machine reaches it unchecked.
+//! one (`Authorization: Bearer KEY`, or `?token=KEY` on a WebSocket
+//! upgrade); without, the server only listens on loopback, so nothing off
+//! the machine reaches it unchecked.
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -25,8 +26,9 @@ pub async fn require_key(
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let refusal = match given {
+        .map(|v| v.trim().to_owned())
+        .or_else(|| websocket_token(&request));
+    let refusal = match given.as_deref() {
         Some(key)
             if keys
                 .iter()
@@ -47,6 +49,25 @@ pub async fn require_key(
     };
     crate::drain_body(request, state.settings.body_limit).await;
     Err(refusal)
+}
+
+/// The key of a WebSocket upgrade, from its `token` query parameter: a
+/// browser's WebSocket cannot send an `Authorization` header. Only
+/// upgrades may carry it, so that keys stay out of ordinary URLs.
+fn websocket_token(request: &Request) -> Option<String> {
+    let upgrade = request
+        .headers()
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        return None;
+    }
+    let query = request.uri().query()?;
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query)
+        .ok()?
+        .into_iter()
+        .find_map(|(k, v)| (k == "token").then_some(v))
 }
 
 /// Compares without leaking, through timing, how much of a key matched.

@@ -2,8 +2,11 @@
 //!
 //! **Owns** the HTTP front door of `toolwire serve`: the Letta-compatible
 //! `/v1` API (tools, agents, messages over JSON and SSE, approvals and
-//! client-side tools), its OpenAPI document, API keys, and the server's
-//! life (bind, serve, graceful shutdown).
+//! client-side tools), the live conversation view's API ([`live`]:
+//! conversation trees over REST, each conversation's events and its
+//! turn's control over a WebSocket, as `src/live/PROTOCOL.md` says), its
+//! OpenAPI document, API keys, and the server's life (bind, serve,
+//! graceful shutdown).
 //!
 //! **Invariants.** Letta's JSON shapes are built here and only here, from
 //! core types; the engine never sees them. A request that cannot be served
@@ -17,7 +20,12 @@ mod auth;
 pub mod error;
 mod extract;
 pub mod letta;
+pub mod live;
 mod openapi;
+// The live view's web page, served at `/` without a key (its API calls
+// carry one). Lives beside the live API it speaks (src/live/).
+#[path = "live/page.rs"]
+mod page;
 mod state;
 
 use std::future::Future;
@@ -54,12 +62,15 @@ pub enum ServeError {
 /// Every route, with API keys checked on `/v1` and JSON errors for
 /// unknown routes.
 pub fn router(state: AppState) -> Router {
-    let v1 = letta::routes().layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_key,
-    ));
+    let v1 = letta::routes()
+        .merge(live::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
     Router::new()
         .merge(v1)
+        .merge(page::routes())
         .route("/openapi.json", get(openapi::document))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(

@@ -153,7 +153,258 @@ const OPERATIONS: &[Operation] = &[
         Some("NotificationRequest"),
         "NotificationResponse",
     ),
+    // The live view (src/live/PROTOCOL.md); its WebSocket is not HTTP
+    // and is not listed.
+    (
+        "get",
+        "/v1/conversations",
+        "list_conversations",
+        "List conversations, newest first",
+        None,
+        "ConversationList",
+    ),
+    (
+        "post",
+        "/v1/conversations",
+        "create_conversation",
+        "Create a conversation",
+        Some("ConversationCreate"),
+        "ConversationSummary",
+    ),
+    (
+        "get",
+        "/v1/conversations/{conversation_id}/tree",
+        "get_conversation_tree",
+        "Every message of a conversation as a tree",
+        None,
+        "Tree",
+    ),
+    (
+        "get",
+        "/v1/conversations/{conversation_id}/messages/{message_id}",
+        "get_conversation_message",
+        "One message whole, with its siblings",
+        None,
+        "MessageView",
+    ),
+    (
+        "post",
+        "/v1/conversations/{conversation_id}/messages",
+        "send_conversation_message",
+        "Send a user message (under the active leaf by default) and start a turn",
+        Some("SendRequest"),
+        "TurnAccepted",
+    ),
+    (
+        "post",
+        "/v1/conversations/{conversation_id}/messages/{message_id}/edit",
+        "edit_conversation_message",
+        "Edit a user message (a new sibling) and start a turn from it",
+        Some("EditRequest"),
+        "TurnAccepted",
+    ),
+    (
+        "post",
+        "/v1/conversations/{conversation_id}/messages/{message_id}/regenerate",
+        "regenerate_conversation_message",
+        "A new answer in place of an assistant message",
+        None,
+        "RunAccepted",
+    ),
+    (
+        "post",
+        "/v1/conversations/{conversation_id}/fork",
+        "fork_conversation",
+        "A new conversation holding the path to a message",
+        Some("MessageRef"),
+        "ConversationSummary",
+    ),
+    (
+        "put",
+        "/v1/conversations/{conversation_id}/active_leaf",
+        "set_active_leaf",
+        "Go on from another branch",
+        Some("MessageRef"),
+        "Tree",
+    ),
 ];
+
+/// The status of an operation's success: most answer 200.
+fn ok_status(id: &str) -> &'static str {
+    match id {
+        "create_conversation" | "fork_conversation" => "201",
+        "send_conversation_message"
+        | "edit_conversation_message"
+        | "regenerate_conversation_message" => "202",
+        _ => "200",
+    }
+}
+
+/// Links from an operation's success to others: the ids it returns are
+/// the ones those take (so that a client, or a fuzzer, can follow them).
+fn links(id: &str) -> Option<Value> {
+    let conversation = |op: &str| json!({"operationId": op, "parameters": {"conversation_id": "$response.body#/id"}});
+    let message = |op: &str| {
+        json!({"operationId": op, "parameters": {
+            "conversation_id": "$request.path.conversation_id",
+            "message_id": "$response.body#/message_id",
+        }})
+    };
+    match id {
+        "create_conversation" | "fork_conversation" => Some(json!({
+            "GetTree": conversation("get_conversation_tree"),
+            "Send": conversation("send_conversation_message"),
+        })),
+        "send_conversation_message" | "edit_conversation_message" => Some(json!({
+            "GetMessage": message("get_conversation_message"),
+            "Edit": message("edit_conversation_message"),
+        })),
+        _ => None,
+    }
+}
+
+/// Operations whose body is required (the others read none as `{}`).
+const BODY_REQUIRED: &[&str] = &[
+    "modify_approval",
+    "send_conversation_message",
+    "edit_conversation_message",
+    "fork_conversation",
+    "set_active_leaf",
+];
+
+/// The live view's schemas (PROTOCOL.md).
+fn live_schemas() -> Map<String, Value> {
+    let uuid = || json!({"type": "string", "format": "uuid"});
+    let nullable_number = json!({"type": ["number", "null"]});
+    let node_properties = json!({
+        "id": uuid(),
+        "parent_id": nullable(uuid()),
+        "children": {"type": "array", "items": uuid()},
+        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+        "summary": {"type": "string", "maxLength": 201},
+        "status": {"type": "string"},
+        "usage": nullable(object(json!({
+            "prompt_tokens": unsigned(u64::MAX),
+            "completion_tokens": unsigned(u64::MAX),
+            "cached_tokens": unsigned(u64::MAX),
+        }), &["prompt_tokens", "completion_tokens"])),
+        "cost": nullable_number,
+        "created_at": timestamp(),
+        "tool_calls": {"type": "array", "items": object(json!({
+            "tool_call_id": string(), "tool_name": string(),
+        }), &["tool_call_id", "tool_name"])},
+        "notifications": unsigned(u32::MAX.into()),
+    });
+    let node_required = [
+        "id",
+        "parent_id",
+        "children",
+        "role",
+        "summary",
+        "status",
+        "usage",
+        "cost",
+        "created_at",
+        "tool_calls",
+        "notifications",
+    ];
+    let mut view_properties = node_properties.clone();
+    view_properties["content_blocks"] = json!({"type": "array", "items": {
+        "type": "object",
+        "description": "A content block in the core's form, by `type`: text, reasoning, tool_use, tool_result or notification",
+        "properties": {"type": {"type": "string", "enum": ["text", "reasoning", "tool_use", "tool_result", "notification"]}},
+        "required": ["type"],
+    }});
+    view_properties["siblings"] = object(
+        json!({"index": unsigned(u32::MAX.into()), "ids": {"type": "array", "items": uuid()}}),
+        &["index", "ids"],
+    );
+    let mut view_required = node_required.to_vec();
+    view_required.extend(["content_blocks", "siblings"]);
+    // Text with something in it: blank text is refused (400).
+    let text = json!({"type": "string", "pattern": "\\S"});
+    let mut schemas = Map::new();
+    for (name, schema) in [
+        (
+            "ConversationSummary",
+            object(
+                json!({
+                    "id": uuid(),
+                    "title": nullable(string()),
+                    "created_at": timestamp(),
+                    "updated_at": timestamp(),
+                    "agent_id": string(),
+                    "forked_from": object(json!({"conversation_id": uuid(), "message_id": uuid()}), &["conversation_id", "message_id"]),
+                }),
+                &["id", "title", "created_at"],
+            ),
+        ),
+        (
+            "ConversationList",
+            object(
+                json!({
+                    "conversations": {"type": "array", "items": schema_ref("ConversationSummary")},
+                }),
+                &["conversations"],
+            ),
+        ),
+        (
+            "ConversationCreate",
+            object(json!({"title": nullable(string())}), &[]),
+        ),
+        ("Node", object(node_properties, &node_required)),
+        ("MessageView", object(view_properties, &view_required)),
+        (
+            "Tree",
+            object(
+                json!({
+                    "conversation_id": uuid(),
+                    "root_id": uuid(),
+                    "active_leaf": uuid(),
+                    "total_cost": {"type": "number"},
+                    "running": {"type": "boolean"},
+                    "last_seq": unsigned(u64::MAX),
+                    "nodes": {"type": "array", "items": schema_ref("Node")},
+                }),
+                &[
+                    "conversation_id",
+                    "root_id",
+                    "active_leaf",
+                    "total_cost",
+                    "running",
+                    "last_seq",
+                    "nodes",
+                ],
+            ),
+        ),
+        (
+            "SendRequest",
+            object(
+                json!({"text": text, "parent_id": nullable(uuid())}),
+                &["text"],
+            ),
+        ),
+        ("EditRequest", object(json!({"text": text}), &["text"])),
+        (
+            "MessageRef",
+            object(json!({"message_id": uuid()}), &["message_id"]),
+        ),
+        (
+            "TurnAccepted",
+            object(
+                json!({"run_id": uuid(), "message_id": uuid()}),
+                &["run_id", "message_id"],
+            ),
+        ),
+        (
+            "RunAccepted",
+            object(json!({"run_id": uuid()}), &["run_id"]),
+        ),
+    ] {
+        schemas.insert(name.to_owned(), schema);
+    }
+    schemas
+}
 
 fn schema_ref(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
@@ -437,6 +688,15 @@ fn ok_content(id: &str, response: &str) -> Value {
     }
 }
 
+/// Every schema: the Letta API's and the live view's.
+fn all_schemas() -> Value {
+    let mut all = schemas();
+    if let Value::Object(map) = &mut all {
+        map.extend(live_schemas());
+    }
+    all
+}
+
 /// The document.
 pub(crate) fn build() -> Value {
     let mut paths = Map::new();
@@ -452,13 +712,16 @@ pub(crate) fn build() -> Value {
             "summary": summary,
             "parameters": params,
             "responses": {
-                "200": {"description": "OK", "content": ok_content(id, response)},
+                ok_status(id): {"description": "OK", "content": ok_content(id, response)},
                 "default": {"description": "An error", "content": {"application/json": {"schema": schema_ref("Error")}}},
             },
         });
+        if let Some(links) = links(id) {
+            op["responses"][ok_status(id)]["links"] = links;
+        }
         if let Some(request) = request {
             op["requestBody"] = json!({
-                "required": *id == "modify_approval",
+                "required": BODY_REQUIRED.contains(id),
                 "content": {"application/json": {"schema": schema_ref(request)}},
             });
         }
@@ -471,10 +734,10 @@ pub(crate) fn build() -> Value {
         "info": {
             "title": "toolwire",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "toolwire's Letta-compatible API: tools, agents and messages, with human approval and client-side tools.",
+            "description": "toolwire's Letta-compatible API: tools, agents and messages, with human approval and client-side tools; and the live view's conversation trees.",
         },
         "components": {
-            "schemas": schemas(),
+            "schemas": all_schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -42,15 +42,20 @@ pub struct AppState {
     /// One writer at a time per agent: a request that reads an agent and
     /// writes it back (or its tools) holds the agent's lock.
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// What the live view keeps between requests and sockets.
+    pub(crate) live: Arc<crate::live::Shared>,
 }
 
 impl AppState {
     pub fn new(engine: Engine, settings: ServerSettings) -> Self {
+        let live = Arc::new(crate::live::Shared::default());
+        engine.observe(live.index.clone());
         AppState {
             engine,
             settings: Arc::new(settings),
             shutdown: tokio_util::sync::CancellationToken::new(),
             locks: Arc::default(),
+            live,
         }
     }
 

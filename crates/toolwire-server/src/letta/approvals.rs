@@ -9,7 +9,6 @@ use toolwire_core::Decision;
 use toolwire_engine::Responded;
 
 use crate::letta::agents;
-use crate::letta::tools::{all_tools, registry};
 use crate::state::AppState;
 
 /// Arms the timeout of `agent_id`'s pause, if it has both: a task that
@@ -82,13 +81,7 @@ async fn expire(
             )
         })
         .collect();
-    let all = all_tools(state).await?;
-    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
-    let options = toolwire_engine::TurnOptions {
-        tools: Some(registry(state, &tools).await),
-        require_approval: agent.approval_set(&all),
-        ..Default::default()
-    };
+    let options = crate::letta::messages::agent_options(state, &agent).await?;
     tracing::info!(agent = %agent_id, "approval timed out; denying the waiting calls");
     match state
         .engine

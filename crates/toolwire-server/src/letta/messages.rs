@@ -194,14 +194,25 @@ fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
     Ok(asked)
 }
 
+/// The turn options of `agent`: its tools, and which of them wait for
+/// approval. Every turn of an agent's conversation runs with them (the
+/// live view's too).
+pub(crate) async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<TurnOptions> {
+    let all = all_tools(state).await?;
+    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
+    Ok(TurnOptions {
+        tools: Some(registry(state, &tools).await),
+        require_approval: agent.approval_set(&all),
+        ..TurnOptions::default()
+    })
+}
+
 /// The turn options of `agent` for this request.
 async fn options(
     state: &AppState,
     agent: &AgentRecord,
     req: &MessageRequest,
 ) -> ApiResult<TurnOptions> {
-    let all = all_tools(state).await?;
-    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
     let client_tools = req
         .client_tools
         .iter()
@@ -219,10 +230,8 @@ async fn options(
         .collect();
     Ok(TurnOptions {
         max_steps: req.max_steps,
-        tools: Some(registry(state, &tools).await),
         client_tools,
-        require_approval: agent.approval_set(&all),
-        client_id: None,
+        ..agent_options(state, agent).await?
     })
 }
 

@@ -121,3 +121,71 @@ pub fn types(messages: &[Value]) -> Vec<String> {
         .map(|m| m["message_type"].as_str().unwrap_or("?").to_owned())
         .collect()
 }
+
+/// A WebSocket client of the live view.
+pub type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl Server {
+    /// Opens the live socket at `path` (`/v1/conversations/{id}/ws…`).
+    pub async fn socket(&self, path: &str) -> Socket {
+        let (socket, _) = tokio_tungstenite::connect_async(format!("ws://{}{}", self.addr, path))
+            .await
+            .unwrap();
+        socket
+    }
+
+    /// The HTTP status a refused upgrade at `path` answers with.
+    pub async fn refused_socket(&self, path: &str) -> u16 {
+        match tokio_tungstenite::connect_async(format!("ws://{}{}", self.addr, path)).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                response.status().as_u16()
+            }
+            Ok(_) => panic!("{path} was upgraded"),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+}
+
+/// The next JSON frame of `socket` (10 s at most).
+pub async fn frame(socket: &mut Socket) -> Value {
+    use futures::StreamExt;
+    loop {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
+            .await
+            .expect("a frame within 10 s")
+            .expect("the socket is open")
+            .unwrap();
+        match next {
+            tokio_tungstenite::tungstenite::Message::Text(text) => {
+                return serde_json::from_str(text.as_str()).unwrap();
+            }
+            tokio_tungstenite::tungstenite::Message::Close(c) => panic!("socket closed: {c:?}"),
+            _ => continue,
+        }
+    }
+}
+
+/// Frames of `socket` up to and including the first that `last` accepts.
+pub async fn frames_until(socket: &mut Socket, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut frames = Vec::new();
+    loop {
+        let f = frame(socket).await;
+        let done = last(&f);
+        frames.push(f);
+        if done {
+            return frames;
+        }
+    }
+}
+
+/// Sends a JSON text frame.
+pub async fn send_frame(socket: &mut Socket, frame: Value) {
+    use futures::SinkExt;
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            frame.to_string().into(),
+        ))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,309 @@
+//! `/v1/conversations`: list and create conversations, read their trees
+//! and messages, and act on them (send, edit, regenerate, fork, move the
+//! active leaf). Turns start here and run on; their events come over the
+//! conversation's socket.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId};
+use toolwire_engine::{EngineError, Follower, TurnHandle};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Body;
+use crate::live::owner::{self, Owner};
+use crate::live::tree;
+use crate::state::AppState;
+
+/// How long a started turn may take to store its user message.
+const STORE_WAIT: Duration = Duration::from_secs(10);
+
+/// A conversation id from a path: anything else is no conversation.
+pub fn conversation_id(text: &str) -> ApiResult<ConversationId> {
+    text.parse()
+        .map_err(|_| ApiError::not_found("conversation", &clip_id(text)))
+}
+
+/// A message id from a path.
+fn path_message_id(text: &str) -> ApiResult<MessageId> {
+    text.parse()
+        .map_err(|_| ApiError::not_found("message", &clip_id(text)))
+}
+
+/// A message id from a body: a malformed one is a bad request.
+fn body_message_id(field: &str, text: &str) -> ApiResult<MessageId> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{field} `{}` is not a message id (a UUID)",
+            clip_id(text)
+        ))
+    })
+}
+
+/// At most 64 characters of a hostile id go back in a message.
+fn clip_id(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+/// The conversation's turn, refused while one runs.
+fn turn_error(e: EngineError) -> ApiError {
+    match e {
+        EngineError::TurnInProgress(_) => ApiError::conflict(
+            "TURN_IN_PROGRESS",
+            "a turn is running in this conversation: interject over its socket, or cancel it",
+        ),
+        other => other.into(),
+    }
+}
+
+/// Message `id` of conversation `conversation` (404 if it is another's).
+async fn message_of(
+    state: &AppState,
+    conversation: ConversationId,
+    id: MessageId,
+) -> ApiResult<Message> {
+    // The conversation first: an unknown one is the 404 to give.
+    state.store().conversation(conversation).await?;
+    let message = state.store().message(id).await?;
+    if message.conversation_id != conversation {
+        return Err(ApiError::not_found("message", &id.to_string()));
+    }
+    Ok(message)
+}
+
+/// `GET /v1/conversations`: newest first.
+pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let summaries = state.store().list_conversations().await?;
+    let agents = owner::agents(&state).await?;
+    let conversations: Vec<Value> = summaries
+        .iter()
+        .map(|s| {
+            let c = &s.conversation;
+            tree::summary(c, agents.iter().find(|a| a.conversation_id == c.id))
+        })
+        .collect();
+    Ok(Json(json!({"conversations": conversations})))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CreateRequest {
+    title: Option<String>,
+}
+
+/// `POST /v1/conversations`.
+pub async fn create(
+    State(state): State<AppState>,
+    Body(req): Body<CreateRequest>,
+) -> ApiResult<Response> {
+    let conversation = state
+        .engine
+        .create_conversation(req.title.as_deref())
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(tree::summary(&conversation, None)),
+    )
+        .into_response())
+}
+
+/// `GET /v1/conversations/{id}/tree`.
+pub async fn tree(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    state.store().conversation(id).await?;
+    let last = state.live.index.last_seq(&state.engine, id).await?;
+    Ok(Json(tree::tree(&state, id, last).await?))
+}
+
+/// `GET /v1/conversations/{id}/messages/{mid}`.
+pub async fn message(
+    State(state): State<AppState>,
+    Path((id, mid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    let mid = path_message_id(&mid)?;
+    let message = message_of(&state, id, mid).await?;
+    Ok(Json(tree::message_view(&state, &message).await?))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SendRequest {
+    text: String,
+    #[serde(default)]
+    parent_id: Option<String>,
+}
+
+/// Refuses text with nothing in it.
+fn check_text(text: &str) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("text is empty"));
+    }
+    Ok(())
+}
+
+/// The id of the user message run `run_id` stored first (its
+/// `turn_started`), read from `follower`, subscribed before the turn
+/// started.
+async fn stored_message(mut follower: Follower, run_id: RunId) -> ApiResult<MessageId> {
+    let wait = async {
+        loop {
+            let Some(batch) = follower.next().await? else {
+                return Err(ApiError::internal("the engine stopped"));
+            };
+            for stored in batch {
+                match stored.event {
+                    AgentEvent::TurnStarted {
+                        run_id: r, message, ..
+                    } if r == run_id => return Ok(message.id),
+                    AgentEvent::Stopped {
+                        run_id: r, error, ..
+                    } if r == run_id => {
+                        return Err(ApiError::internal(format!(
+                            "the turn ended before its message was stored: {}",
+                            error.unwrap_or_default()
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    tokio::time::timeout(STORE_WAIT, wait)
+        .await
+        .map_err(|_| ApiError::internal("the turn did not store its message in time"))?
+}
+
+/// 202 with the run and its user message.
+async fn accepted(
+    state: &AppState,
+    owner: &Owner,
+    follower: Follower,
+    handle: TurnHandle,
+) -> ApiResult<Response> {
+    let run_id = handle.run_id;
+    owner.watch(state, handle);
+    let message_id = stored_message(follower, run_id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"run_id": run_id, "message_id": message_id})),
+    )
+        .into_response())
+}
+
+/// `POST /v1/conversations/{id}/messages`: a user message under
+/// `parent_id` (the active leaf by default), and a turn from it.
+pub async fn send(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<SendRequest>,
+) -> ApiResult<Response> {
+    let id = conversation_id(&id)?;
+    check_text(&req.text)?;
+    let parent = match &req.parent_id {
+        Some(p) => {
+            let parent = body_message_id("parent_id", p)?;
+            Some(message_of(&state, id, parent).await?.id)
+        }
+        None => {
+            state.store().conversation(id).await?;
+            None
+        }
+    };
+    let owner = Owner::lock(&state, id).await?;
+    let follower = state.engine.follow(id);
+    let handle = state
+        .engine
+        .send_with(id, &req.text, parent, owner.options.clone())
+        .await
+        .map_err(turn_error)?;
+    accepted(&state, &owner, follower, handle).await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EditRequest {
+    text: String,
+}
+
+/// `POST /v1/conversations/{id}/messages/{mid}/edit`: a new sibling of
+/// user message `mid` with `text`, and a turn from it.
+pub async fn edit(
+    State(state): State<AppState>,
+    Path((id, mid)): Path<(String, String)>,
+    Body(req): Body<EditRequest>,
+) -> ApiResult<Response> {
+    let id = conversation_id(&id)?;
+    let mid = path_message_id(&mid)?;
+    check_text(&req.text)?;
+    message_of(&state, id, mid).await?;
+    let owner = Owner::lock(&state, id).await?;
+    let follower = state.engine.follow(id);
+    let handle = state
+        .engine
+        .edit_with(mid, &req.text, owner.options.clone())
+        .await
+        .map_err(turn_error)?;
+    accepted(&state, &owner, follower, handle).await
+}
+
+/// `POST /v1/conversations/{id}/messages/{mid}/regenerate`: a new answer
+/// in place of assistant message `mid`.
+pub async fn regenerate(
+    State(state): State<AppState>,
+    Path((id, mid)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let id = conversation_id(&id)?;
+    let mid = path_message_id(&mid)?;
+    message_of(&state, id, mid).await?;
+    let owner = Owner::lock(&state, id).await?;
+    let handle = state
+        .engine
+        .regenerate_with(mid, owner.options.clone())
+        .await
+        .map_err(turn_error)?;
+    let run_id = handle.run_id;
+    owner.watch(&state, handle);
+    Ok((StatusCode::ACCEPTED, Json(json!({"run_id": run_id}))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MessageRef {
+    message_id: String,
+}
+
+/// `POST /v1/conversations/{id}/fork`: a new conversation holding the
+/// path to `message_id`.
+pub async fn fork(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRef>,
+) -> ApiResult<Response> {
+    let id = conversation_id(&id)?;
+    let mid = body_message_id("message_id", &req.message_id)?;
+    message_of(&state, id, mid).await?;
+    let forked = state.store().fork(mid).await?;
+    Ok((StatusCode::CREATED, Json(tree::summary(&forked, None))).into_response())
+}
+
+/// `PUT /v1/conversations/{id}/active_leaf`: the branch to go on from.
+pub async fn set_active_leaf(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRef>,
+) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    let mid = body_message_id("message_id", &req.message_id)?;
+    message_of(&state, id, mid).await?;
+    let _owner = Owner::lock(&state, id).await?;
+    // A running turn writes on from the leaf it has: moving it now would
+    // hang its next message on a branch the user left.
+    if state.engine.is_running(id) {
+        return Err(turn_error(EngineError::TurnInProgress(id)));
+    }
+    state.store().set_active_leaf(id, mid).await?;
+    let last = state.live.index.last_seq(&state.engine, id).await?;
+    Ok(Json(tree::tree(&state, id, last).await?))
+}
