@@ -282,9 +282,9 @@ test('the page and its assets load without a key, with a strict content security
 });
 
 // A browser's WebSocket cannot send an Authorization header: the page
-// sends the key as `?token=KEY`, which the server's key check (auth.rs)
-// does not accept yet.
-test('with API keys, the live socket takes the key the page sends as ?token=', { todo: 'auth.rs reads only Authorization: Bearer; the WebSocket needs ?token= (or another way)' }, async (t) => {
+// sends the key as `?token=KEY`, which the server accepts on WebSocket
+// upgrades only.
+test('with API keys, the live socket takes the key the page sends as ?token=', async (t) => {
   const key = 'browser-test-key';
   const { server, page, passed } = await setup(t, { script: 'plain.yaml', env: { TOOLWIRE_API_KEYS: key } });
   const conv = await server.api('POST', '/v1/conversations', { title: 'with a key' }, { Authorization: `Bearer ${key}` });
