@@ -20,6 +20,7 @@ use crate::follow::Follower;
 use crate::instance::{self, Registration};
 use crate::notify::{Activation, Hub};
 use crate::provider::Provider;
+use crate::remembered::Remembered;
 use crate::tools::{NotificationSink, Notifier, ToolRegistry, ToolSpec};
 use crate::turn;
 
@@ -176,6 +177,8 @@ pub(crate) struct Inner {
     pub(crate) bus: EventBus,
     pub(crate) notifications: Hub,
     pub(crate) active: Mutex<HashMap<ConversationId, ActiveTurn>>,
+    /// Each conversation's options, for the turns the engine starts itself.
+    remembered: Remembered,
     /// The owner of the runs this engine starts; its heartbeat stops when
     /// the engine goes.
     pub(crate) instance: Registration,
@@ -246,6 +249,7 @@ impl Engine {
                 bus,
                 notifications: Hub::default(),
                 active: Mutex::new(HashMap::new()),
+                remembered: Remembered::default(),
                 instance,
                 notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             }),
@@ -380,7 +384,8 @@ impl Engine {
         match self.start_turn(
             conversation,
             turn::Start::User(user),
-            TurnOptions::default(),
+            self.conversation_options(conversation),
+            Origin::Engine,
         ) {
             Ok(_) | Err(EngineError::TurnInProgress(_)) => Ok(()),
             Err(e) => Err(e),
@@ -437,6 +442,18 @@ impl Engine {
         parent: Option<MessageId>,
         options: TurnOptions,
     ) -> Result<TurnHandle, EngineError> {
+        self.send_from(conversation, text, parent, options, Origin::FrontDoor)
+            .await
+    }
+
+    async fn send_from(
+        &self,
+        conversation: ConversationId,
+        text: &str,
+        parent: Option<MessageId>,
+        options: TurnOptions,
+        origin: Origin,
+    ) -> Result<TurnHandle, EngineError> {
         let parent = match parent {
             Some(p) => p,
             None => self.active_leaf(conversation).await?,
@@ -450,7 +467,29 @@ impl Engine {
             });
         }
         let user = user_message(conversation, parent, text);
-        self.start_turn(conversation, turn::Start::User(user), options)
+        self.start_turn(conversation, turn::Start::User(user), options, origin)
+    }
+
+    /// The options of the turns this engine starts itself in
+    /// `conversation` (a wake, an interjection with no turn running):
+    /// those of the conversation's last turn started through `send_with`,
+    /// `edit_with`, `regenerate_with` or `respond`, or set here. Kept in
+    /// memory, for a bounded number of conversations: after a restart (or
+    /// once forgotten) such turns get the default options until a front
+    /// door starts a turn or sets them again.
+    pub fn set_conversation_options(&self, conversation: ConversationId, options: TurnOptions) {
+        self.inner.remembered.set(conversation, options);
+    }
+
+    /// Forgets the options remembered for `conversation` (its session is
+    /// gone): the turns the engine starts there get the defaults.
+    pub fn forget_conversation_options(&self, conversation: ConversationId) {
+        self.inner.remembered.forget(conversation);
+    }
+
+    /// The options the engine's own turns in `conversation` get.
+    pub fn conversation_options(&self, conversation: ConversationId) -> TurnOptions {
+        self.inner.remembered.get(conversation).unwrap_or_default()
     }
 
     async fn active_leaf(&self, conversation: ConversationId) -> Result<MessageId, EngineError> {
@@ -517,6 +556,7 @@ impl Engine {
             conversation,
             start,
             options,
+            Origin::FrontDoor,
         )?))
     }
 
@@ -534,10 +574,13 @@ impl Engine {
             pending,
             reason: reason.to_owned(),
         };
+        // It calls no model; the conversation's options are what a late
+        // interjection's turn falls back to.
         Ok(Some(self.start_turn(
             conversation,
             start,
-            TurnOptions::default(),
+            self.conversation_options(conversation),
+            Origin::Engine,
         )?))
     }
 
@@ -587,6 +630,7 @@ impl Engine {
             original.conversation_id,
             turn::Start::User(sibling),
             options,
+            Origin::FrontDoor,
         )
     }
 
@@ -603,7 +647,12 @@ impl Engine {
     ) -> Result<TurnHandle, EngineError> {
         let original = self.inner.store.message(id).await?;
         let parent = tree::regeneration_parent(&original)?;
-        self.start_turn(original.conversation_id, turn::Start::From(parent), options)
+        self.start_turn(
+            original.conversation_id,
+            turn::Start::From(parent),
+            options,
+            Origin::FrontDoor,
+        )
     }
 
     /// Cancels the running turn; says whether there was one.
@@ -619,8 +668,9 @@ impl Engine {
     }
 
     /// A user message sent while a turn runs is queued for it; with no turn
-    /// running it starts one. Nothing is lost in between: the queue and the
-    /// end of a turn are decided under one lock.
+    /// running it starts one, with the conversation's options (see
+    /// [`Engine::set_conversation_options`]). Nothing is lost in between:
+    /// the queue and the end of a turn are decided under one lock.
     pub async fn interject(
         &self,
         conversation: ConversationId,
@@ -637,8 +687,10 @@ impl Engine {
                 return Ok(Interjection::Queued);
             }
         }
+        let options = self.conversation_options(conversation);
         Ok(Interjection::Started(
-            self.send(conversation, text, None).await?,
+            self.send_from(conversation, text, None, options, Origin::Engine)
+                .await?,
         ))
     }
 
@@ -647,6 +699,7 @@ impl Engine {
         conversation: ConversationId,
         start: turn::Start,
         options: TurnOptions,
+        origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
@@ -667,13 +720,19 @@ impl Engine {
                     interjections: VecDeque::new(),
                 },
             );
+            // Under the lock that decides which turn runs, so that a wake
+            // never reads options older than the turn that ran last.
+            if origin == Origin::FrontDoor {
+                self.inner.remembered.set(conversation, options.clone());
+            }
         }
         self.inner.notifications.attach(conversation);
         let engine = self.clone();
+        let fallback = options.clone();
         let join = tokio::spawn(async move {
             let outcome =
                 turn::run(&engine.inner, conversation, run_id, start, cancel, options).await;
-            engine.end_turn(conversation, run_id).await;
+            engine.end_turn(conversation, run_id, fallback).await;
             outcome
         });
         Ok(TurnHandle {
@@ -684,8 +743,9 @@ impl Engine {
     }
 
     /// Forgets the finished turn; interjections that came too late for it
-    /// start the next one.
-    async fn end_turn(&self, conversation: ConversationId, run_id: RunId) {
+    /// start the next one, with the conversation's options (the finished
+    /// turn's, should they have been forgotten meanwhile).
+    async fn end_turn(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
         let late: Vec<String> = match self.inner.active.lock() {
             Ok(mut active) => match active.remove(&conversation) {
                 Some(turn) if turn.run_id == run_id => turn.interjections.into_iter().collect(),
@@ -699,11 +759,23 @@ impl Engine {
         };
         if !late.is_empty() {
             let text = late.join("\n\n");
-            if let Err(e) = self.send(conversation, &text, None).await {
+            let options = self.inner.remembered.get(conversation).unwrap_or(options);
+            if let Err(e) = self
+                .send_from(conversation, &text, None, options, Origin::Engine)
+                .await
+            {
                 tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
             }
         }
     }
+}
+
+/// Who starts a turn: a front door's options are remembered as the
+/// conversation's; the engine's own turns only use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    FrontDoor,
+    Engine,
 }
 
 pub(crate) fn user_message(conversation: ConversationId, parent: MessageId, text: &str) -> Message {

@@ -24,6 +24,7 @@ mod follow;
 mod instance;
 pub mod notify;
 pub mod provider;
+mod remembered;
 pub mod tools;
 mod turn;
 pub mod watch;

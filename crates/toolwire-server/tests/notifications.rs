@@ -4,8 +4,14 @@
 
 mod support;
 
-use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
 use support::{Server, types};
+use toolwire_core::NotifyConfig;
+use toolwire_engine::EngineConfig;
+use toolwire_engine::notify::{Activation, NotificationSettings};
 use toolwire_server::ServerSettings;
 
 #[tokio::test]
@@ -87,5 +93,109 @@ async fn a_posted_notification_reaches_the_agent_and_the_client() {
         )
         .await;
     assert_eq!(status, 404);
+    s.stop().await;
+}
+
+const RISKY: &str = r#"
+def risky(n: int) -> str:
+    """Does something that needs a person's yes.
+
+    Args:
+        n: How much.
+    """
+    return f"did {n}"
+"#;
+
+/// A wake turn in an agent's conversation runs with the agent's tools and
+/// approvals (as they are now, set on the agent or on the tool), though
+/// no message was sent yet.
+#[tokio::test]
+async fn a_wake_turn_keeps_the_agents_approvals() {
+    wake_pauses_on_risky(true).await;
+    wake_pauses_on_risky(false).await;
+}
+
+async fn wake_pauses_on_risky(on_the_agent: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        notifications: NotificationSettings {
+            activation: HashMap::from([("ci".to_owned(), Activation::Wake)]),
+            queue: NotifyConfig {
+                coalesce_window: Duration::from_millis(20),
+                ..NotifyConfig::default()
+            },
+            ..NotificationSettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let script = r#"
+steps:
+  - text: "Checking."
+    tool_calls:
+      - {id: call_r, name: risky, arguments: {n: 1}}
+  - text: "Done."
+"#;
+    let s = Server::start_with(
+        &dir.path().join("t.db"),
+        script,
+        ServerSettings::default(),
+        config,
+    )
+    .await;
+    let (_, tool) = s
+        .call("POST", "/v1/tools", Some(json!({"source_code": RISKY})))
+        .await;
+    let (_, agent) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({"tool_ids": [tool["id"]], "include_base_tools": false})),
+        )
+        .await;
+    let id = agent["id"].as_str().unwrap();
+    let (path, body) = if on_the_agent {
+        (
+            format!("/v1/agents/{id}/tools/approval/risky"),
+            json!({"requires_approval": true}),
+        )
+    } else {
+        (
+            format!("/v1/tools/{}", tool["id"].as_str().unwrap()),
+            json!({"default_requires_approval": true}),
+        )
+    };
+    let (status, body) = s.call("PATCH", &path, Some(body)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/v1/agents/{id}/notifications"),
+            Some(json!({"source": "ci", "text": "deployed"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut history: Vec<Value> = Vec::new();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (_, listed) = s
+            .call("GET", &format!("/v1/agents/{id}/messages?order=asc"), None)
+            .await;
+        history = listed.as_array().cloned().unwrap_or_default();
+        if types(&history)
+            .iter()
+            .any(|t| t == "approval_request_message")
+        {
+            break;
+        }
+    }
+    let kinds = types(&history);
+    assert!(
+        kinds.iter().any(|t| t == "approval_request_message"),
+        "{history:#?}"
+    );
+    assert!(
+        !kinds.iter().any(|t| t == "tool_return_message"),
+        "risky ran without approval: {history:#?}"
+    );
     s.stop().await;
 }

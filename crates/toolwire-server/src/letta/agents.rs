@@ -14,6 +14,7 @@ use toolwire_core::{ContentBlock, ConversationId};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
 use crate::letta::ids::{check_id, new_id};
+use crate::letta::messages::refresh_options;
 use crate::letta::page::{Order, PageQuery};
 use crate::letta::tools::{ToolRecord, all_tools};
 use crate::state::AppState;
@@ -227,6 +228,7 @@ pub async fn create(
         updated_at: now,
     };
     store(&state, &agent).await?;
+    refresh_options(&state, &agent).await?;
     tracing::info!(agent = %agent.id, name = %agent.name, conversation = %agent.conversation_id, "agent created");
     Ok(Json(agent_json(&state, &agent).await?))
 }
@@ -237,6 +239,20 @@ pub struct ListQuery {
     page: PageQuery,
     name: Option<String>,
     tags: Option<String>,
+}
+
+/// Tells the engine the tools and approvals of every agent that has tool
+/// `tool_id`, after the tool changed (its code, its default approval) or
+/// went: see [`refresh_options`].
+pub(crate) async fn refresh_users_of(state: &AppState, tool_id: &str) -> ApiResult<()> {
+    for doc in state.store().documents(KIND).await? {
+        let agent: AgentRecord = serde_json::from_value(doc.body)
+            .map_err(|e| ApiError::internal(format!("agent {} is unreadable: {e}", doc.id)))?;
+        if agent.tool_ids.iter().any(|id| id == tool_id) {
+            refresh_options(state, &agent).await?;
+        }
+    }
+    Ok(())
 }
 
 pub async fn list(
@@ -311,6 +327,7 @@ pub async fn update(
     }
     agent.updated_at = Utc::now();
     store(&state, &agent).await?;
+    refresh_options(&state, &agent).await?;
     Ok(Json(agent_json(&state, &agent).await?))
 }
 
@@ -337,6 +354,9 @@ pub async fn delete(
     let _agent_lock = state.lock(&id).await;
     let agent = load(&state, &id).await?;
     state.engine.cancel(agent.conversation_id);
+    state
+        .engine
+        .forget_conversation_options(agent.conversation_id);
     // The conversation stays: stored messages are never deleted.
     state.store().delete_document(KIND, &id).await?;
     tracing::info!(agent = %id, "agent deleted");
@@ -376,5 +396,6 @@ pub async fn set_approval(
     agent.approvals.insert(tool_name, flag);
     agent.updated_at = Utc::now();
     store(&state, &agent).await?;
+    refresh_options(&state, &agent).await?;
     Ok(Json(agent_json(&state, &agent).await?))
 }

@@ -207,6 +207,25 @@ pub(crate) async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiR
     })
 }
 
+/// Tells the engine `agent`'s tools and approvals (after they changed),
+/// so that the turns it starts itself (a wake) use them at once rather
+/// than those of the agent's last request. What that request added (its
+/// client tools, max_steps) is kept.
+pub(crate) async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    let fresh = agent_options(state, agent).await?;
+    let conversation = agent.conversation_id;
+    let remembered = state.engine.conversation_options(conversation);
+    state.engine.set_conversation_options(
+        conversation,
+        TurnOptions {
+            tools: fresh.tools,
+            require_approval: fresh.require_approval,
+            ..remembered
+        },
+    );
+    Ok(())
+}
+
 /// The turn options of `agent` for this request.
 async fn options(
     state: &AppState,

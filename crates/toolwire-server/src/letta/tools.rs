@@ -11,6 +11,7 @@ use toolwire_engine::tools::{ToolRegistry, ToolSpec};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
+use crate::letta::agents::refresh_users_of;
 use crate::letta::ids::{check_id, new_id, stable_tool_id};
 use crate::letta::page::{Order, PageQuery};
 use crate::state::AppState;
@@ -324,7 +325,7 @@ async fn save(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
     let body = serde_json::to_value(record)
         .map_err(|e| ApiError::internal(format!("a tool cannot be stored: {e}")))?;
     state.store().put_document(KIND, &record.id, &body).await?;
-    Ok(())
+    refresh_users_of(state, &record.id).await
 }
 
 pub async fn create(
@@ -434,6 +435,7 @@ pub async fn delete(
         )));
     }
     state.store().delete_document(KIND, &id).await?;
+    refresh_users_of(&state, &id).await?;
     Ok(Json(json!({})))
 }
 

@@ -1,0 +1,166 @@
+//! The turns the engine starts itself (a wake, an interjection that comes
+//! too late for a turn or finds none running) keep the options of the
+//! conversation's last turn: a tool that needed approval still does.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+use toolwire_core::{
+    AgentEvent, ContentBlock, ConversationId, Gate, Incoming, NotifyConfig, Priority, StopReason,
+};
+use toolwire_engine::notify::{Activation, NotificationSettings};
+use toolwire_engine::provider::{Script, ScriptedProvider};
+use toolwire_engine::{Engine, EngineConfig, Interjection, Notified, TurnOptions};
+
+/// The first turn answers (slowly, so that an interjection can come
+/// while it streams); every later one calls `risky`, then answers.
+const ANSWER_THEN_RISKY: &str = r#"
+turns:
+  - steps:
+      - text: "Hello there, this answer streams slowly."
+        chunk_size: 64
+        delay_ms: 20
+  - steps:
+      - text: "Checking."
+        tool_calls:
+          - {id: call_risky, name: risky, arguments: {n: 1}}
+      - text: "Done."
+"#;
+
+fn approval_of(names: &[&str]) -> TurnOptions {
+    TurnOptions {
+        require_approval: names.iter().map(|n| n.to_string()).collect::<HashSet<_>>(),
+        ..TurnOptions::default()
+    }
+}
+
+async fn setup() -> (Engine, ConversationId, tempfile::TempDir) {
+    let script = Script::parse(ANSWER_THEN_RISKY).unwrap();
+    let provider = Arc::new(ScriptedProvider::new(script, false));
+    let config = EngineConfig {
+        notifications: NotificationSettings {
+            activation: HashMap::from([("ci".to_owned(), Activation::Wake)]),
+            queue: NotifyConfig {
+                coalesce_window: Duration::from_millis(50),
+                ..NotifyConfig::default()
+            },
+            ..NotificationSettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let (engine, dir) = engine(provider, echo_tools(&["risky"], Duration::ZERO), config).await;
+    let conv = engine.create_conversation(None).await.unwrap().id;
+    (engine, conv, dir)
+}
+
+/// Waits for the end of the next turn that starts.
+async fn next_turn_end(events: &mut toolwire_engine::Subscription) -> StopReason {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("a turn should end")
+            .unwrap();
+        if let AgentEvent::Stopped { reason, .. } = e.event {
+            return reason;
+        }
+    }
+}
+
+/// The turn paused on `risky` without running it.
+async fn assert_paused_on_risky(engine: &Engine, conv: ConversationId) {
+    let pending = engine.pending_approval(conv).await.unwrap().unwrap();
+    let waiting: Vec<(&str, Option<Gate>)> = pending
+        .calls
+        .iter()
+        .map(|c| (c.call.name.as_str(), c.gate))
+        .collect();
+    assert_eq!(waiting, [("risky", Some(Gate::Approval))]);
+    let leaf = engine.store().conversation(conv).await.unwrap().active_leaf;
+    let path = engine.store().path_to(leaf).await.unwrap();
+    let ran = path
+        .iter()
+        .flat_map(|m| &m.content)
+        .any(|b| matches!(b, ContentBlock::ToolResult { .. }));
+    assert!(!ran, "risky ran without approval");
+}
+
+#[tokio::test]
+async fn a_wake_turn_keeps_the_conversations_approvals() {
+    let (engine, conv, _dir) = setup().await;
+    let outcome = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+    let mut events = engine.subscribe(conv);
+    let notified = engine
+        .notify(conv, Incoming::text("ci", Priority::High, "deployed"))
+        .await
+        .unwrap();
+    assert!(matches!(notified, Notified::Waking));
+    assert_eq!(
+        next_turn_end(&mut events).await,
+        StopReason::RequiresApproval
+    );
+    assert_paused_on_risky(&engine, conv).await;
+}
+
+#[tokio::test]
+async fn a_late_interjection_starts_a_turn_with_the_same_options() {
+    let (engine, conv, _dir) = setup().await;
+    let mut events = engine.subscribe(conv);
+    let first = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap();
+    // The answer streams: the turn calls no tool, so the interjection is
+    // left for the end of the turn, which starts the next one with it.
+    loop {
+        let e = events.recv().await.unwrap();
+        if matches!(e.event, AgentEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    let queued = engine.interject(conv, "and check it").await.unwrap();
+    assert!(matches!(queued, Interjection::Queued));
+    assert_eq!(first.wait().await.reason, StopReason::EndTurn);
+    // The first turn's end, then the next one's.
+    assert_eq!(next_turn_end(&mut events).await, StopReason::EndTurn);
+    assert_eq!(
+        next_turn_end(&mut events).await,
+        StopReason::RequiresApproval
+    );
+    assert_paused_on_risky(&engine, conv).await;
+}
+
+#[tokio::test]
+async fn an_interjection_with_no_turn_running_keeps_the_options() {
+    let (engine, conv, _dir) = setup().await;
+    let outcome = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+    let Interjection::Started(handle) = engine.interject(conv, "check it").await.unwrap() else {
+        panic!("no turn runs: the interjection should start one");
+    };
+    assert_eq!(handle.wait().await.reason, StopReason::RequiresApproval);
+    assert_paused_on_risky(&engine, conv).await;
+    // Forgotten, the engine's own turns get the defaults again.
+    engine.forget_conversation_options(conv);
+    assert!(
+        engine
+            .conversation_options(conv)
+            .require_approval
+            .is_empty()
+    );
+}
