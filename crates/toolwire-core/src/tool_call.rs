@@ -589,6 +589,15 @@ impl ToolCallTracker {
         self.calls.get(id).map(|c| &c.sent)
     }
 
+    /// What the client is to see for a call still running: what was sent
+    /// with every change since applied, sent or not (`None` for unknown
+    /// and finished calls). A change built on a field's current value
+    /// (an argument added to `raw_input`) starts from here, not from
+    /// [`last_sent`](Self::last_sent), or a coalesced change would be lost.
+    pub fn current(&self, id: &ToolCallId) -> Option<&ToolCallState> {
+        self.calls.get(id).map(|c| &c.target)
+    }
+
     /// The final status of a finished call.
     pub fn finished(&self, id: &ToolCallId) -> Option<ToolCallStatus> {
         self.finished.get(id).copied()

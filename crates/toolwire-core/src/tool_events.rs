@@ -8,6 +8,8 @@
 //!
 //! [`ToolCallTracker`]: crate::ToolCallTracker
 
+use serde_json::{Map, Value};
+
 use crate::event::{AgentEvent, Progress};
 use crate::ids::ToolCallId;
 use crate::message::{ContentBlock, Message};
@@ -24,11 +26,33 @@ pub enum ToolCallChange {
     Patch(Box<ToolCallPatch>),
     /// Output the running tool appended.
     Output { id: ToolCallId, text: String },
+    /// A top-level argument of a call still streaming is complete: the
+    /// call's `raw_input` grows by it. Only the consumer knows the fields
+    /// so far (its tracker's current state), so it builds the patch with
+    /// [`ToolCallChange::grown_input`].
+    ArgumentField {
+        id: ToolCallId,
+        key: String,
+        value: Value,
+    },
 }
 
 impl ToolCallChange {
     pub fn patch(patch: ToolCallPatch) -> Self {
         ToolCallChange::Patch(Box::new(patch))
+    }
+
+    /// `current` raw input with `key` set to `value`: an object of the
+    /// fields complete so far. A current input that is not an object
+    /// (none yet, or a call whose arguments were not an object) starts
+    /// over, since fields can only be shown as an object's.
+    pub fn grown_input(current: Option<&Value>, key: &str, value: &Value) -> Value {
+        let mut fields = match current {
+            Some(Value::Object(fields)) => fields.clone(),
+            _ => Map::new(),
+        };
+        fields.insert(key.to_owned(), value.clone());
+        Value::Object(fields)
     }
 }
 
@@ -67,6 +91,16 @@ pub fn changes(event: &AgentEvent) -> Vec<ToolCallChange> {
     };
     match event {
         AgentEvent::ToolCallStarted { call_id, name, .. } => vec![announce(call_id, name)],
+        AgentEvent::ArgumentField {
+            call_id,
+            key,
+            value,
+            ..
+        } => vec![ToolCallChange::ArgumentField {
+            id: call_id.clone(),
+            key: key.clone(),
+            value: value.clone(),
+        }],
         AgentEvent::ToolCallsGenerated { calls, .. } => calls
             .iter()
             .flat_map(|call| {
@@ -149,6 +183,66 @@ mod tests {
         assert_eq!(kind_of("apply_diff"), ToolKind::Edit);
         assert_eq!(kind_of("run_command"), ToolKind::Execute);
         assert_eq!(kind_of("list_dir"), ToolKind::Other);
+    }
+
+    #[test]
+    fn argument_fields_grow_the_raw_input() {
+        let id = ToolCallId("c1".into());
+        let field = AgentEvent::ArgumentField {
+            run_id: RunId::new(),
+            call_id: id.clone(),
+            key: "path".into(),
+            value: json!("a.txt"),
+        };
+        assert_eq!(
+            changes(&field),
+            vec![ToolCallChange::ArgumentField {
+                id,
+                key: "path".into(),
+                value: json!("a.txt"),
+            }]
+        );
+        let first = ToolCallChange::grown_input(None, "path", &json!("a.txt"));
+        assert_eq!(first, json!({"path": "a.txt"}));
+        let second = ToolCallChange::grown_input(Some(&first), "lines", &json!([1, 2]));
+        assert_eq!(second, json!({"path": "a.txt", "lines": [1, 2]}));
+        // A field seen twice (a provider repeating itself) keeps the last.
+        let again = ToolCallChange::grown_input(Some(&second), "path", &json!("b.txt"));
+        assert_eq!(again, json!({"path": "b.txt", "lines": [1, 2]}));
+        // Input that was not an object starts over.
+        let over = ToolCallChange::grown_input(Some(&json!("raw")), "path", &json!("a"));
+        assert_eq!(over, json!({"path": "a"}));
+    }
+
+    #[test]
+    fn grown_input_then_the_complete_input_is_one_change_for_the_tracker() {
+        use crate::tool_call::{ToolCallState, ToolCallTracker, TrackerConfig};
+        let id = ToolCallId("c1".into());
+        let now = std::time::Instant::now();
+        let mut tracker = ToolCallTracker::new(TrackerConfig {
+            coalesce: false,
+            ..TrackerConfig::default()
+        });
+        tracker
+            .announce(ToolCallState::new(id.clone(), "read_file", ToolKind::Read))
+            .unwrap();
+        let mut sent = Vec::new();
+        for (key, value) in [("path", json!("a")), ("limit", json!(3))] {
+            let current = tracker.current(&id).and_then(|s| s.raw_input.as_ref());
+            let input = ToolCallChange::grown_input(current, key, &value);
+            let patch = ToolCallPatch::new(id.clone()).raw_input(input);
+            sent.push(tracker.update(patch, now).unwrap().unwrap().raw_input);
+        }
+        assert_eq!(
+            sent,
+            [
+                Some(json!({"path": "a"})),
+                Some(json!({"path": "a", "limit": 3}))
+            ]
+        );
+        // The complete arguments, once generated, change nothing more.
+        let complete = ToolCallPatch::new(id.clone()).raw_input(json!({"path": "a", "limit": 3}));
+        assert_eq!(tracker.update(complete, now).unwrap(), None);
     }
 
     #[test]

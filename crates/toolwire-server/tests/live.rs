@@ -67,6 +67,30 @@ turns:
   - steps: [{text: "More."}]
 "#;
 
+const LABEL: &str = r#"
+def label_die(label: str, sides: int) -> str:
+    """Labels a die.
+
+    Args:
+        label: What to call it.
+        sides: How many sides the die has.
+    """
+    return f"{label}: d{sides}"
+"#;
+
+/// A call with two arguments, streamed slowly enough that each field
+/// completes in its own coalescing window.
+const SLOW_ARGUMENTS: &str = r#"
+turns:
+  - steps:
+      - text: "Labelling."
+        chunk_size: 32
+        delay_ms: 30
+        tool_calls:
+          - {id: call_l, name: label_die, arguments: {label: "lucky one", sides: 12}}
+      - text: "Labelled."
+"#;
+
 async fn server(dir: &tempfile::TempDir, script: &str) -> Server {
     Server::start(&dir.path().join("t.db"), script, ServerSettings::default()).await
 }
@@ -508,6 +532,45 @@ async fn a_turn_with_two_tool_calls_is_seen_live_in_order() {
         .find(|f| f["tool_call_id"] == "call_1" && f["status"] == "completed")
         .unwrap();
     assert!(completed["patch"].get("title").is_none(), "{completed}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_calls_arguments_are_seen_as_each_field_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(&dir, SLOW_ARGUMENTS).await;
+    let id = agent_with(&s, LABEL, false).await;
+    let (mut socket, _) = snapshot(&s, &id).await;
+    send(&s, &id, "label it").await;
+    let frames = frames_until(&mut socket, is_stop).await;
+    let updates: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_update" && f["tool_call_id"] == "call_l")
+        .collect();
+    let position = |wanted: &dyn Fn(&Value) -> bool| {
+        updates
+            .iter()
+            .position(|f| wanted(f))
+            .unwrap_or_else(|| panic!("no such tool_update: {updates:#?}"))
+    };
+    let first = position(&|f| f["patch"]["raw_input"] == json!({"label": "lucky one"}));
+    let both = position(&|f| f["patch"]["raw_input"] == json!({"label": "lucky one", "sides": 12}));
+    let executing = position(&|f| f["status"] == "executing");
+    assert!(first < both && both < executing, "{updates:#?}");
+    assert_eq!(updates[first]["status"], "pending");
+    assert_eq!(updates[both]["status"], "pending");
+    // The complete arguments, once generated, are no news: no later
+    // patch sends them again.
+    assert!(
+        updates[both + 1..]
+            .iter()
+            .all(|f| f["patch"].get("raw_input").is_none()),
+        "{updates:#?}"
+    );
+    assert_eq!(
+        statuses(&frames, "call_l"),
+        ["pending", "executing", "completed"]
+    );
     s.stop().await;
 }
 

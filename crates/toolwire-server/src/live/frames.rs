@@ -163,16 +163,6 @@ impl Renderer {
             AgentEvent::ReasoningDelta { run_id, text } => {
                 frames.push(json!({"type": "text_delta", "seq": seq, "run_id": run_id, "kind": "reasoning", "text": text}));
             }
-            AgentEvent::ArgumentField {
-                call_id,
-                key,
-                value,
-                ..
-            } => {
-                if let Some(card) = self.card_mut(call_id) {
-                    card.arguments.insert(key.clone(), value.clone());
-                }
-            }
             AgentEvent::AssistantMessageCreated { message, .. } => {
                 // Stored now: the tree shows it, the stream starts over.
                 self.text.clear();
@@ -315,6 +305,19 @@ impl Renderer {
                         frames.push(self.tool_update(seq, &p));
                     }
                     if status_changed && let Ok(Some(p)) = self.tracker.flush(&id, now) {
+                        frames.push(self.tool_update(seq, &p));
+                    }
+                }
+                ToolCallChange::ArgumentField { id, key, value } => {
+                    if let Some(card) = self.card_mut(&id) {
+                        card.arguments.insert(key.clone(), value.clone());
+                    }
+                    // Grown from what the client is to see, held changes
+                    // included, so a coalesced field is not lost.
+                    let current = self.tracker.current(&id).and_then(|s| s.raw_input.as_ref());
+                    let input = ToolCallChange::grown_input(current, &key, &value);
+                    let patch = ToolCallPatch::new(id).raw_input(input);
+                    if let Ok(Some(p)) = self.tracker.update(patch, now) {
                         frames.push(self.tool_update(seq, &p));
                     }
                 }

@@ -320,7 +320,8 @@ async fn interject(state: &AppState, conversation: ConversationId, text: &str) -
     }
     if state.engine.is_running(conversation) {
         // Should the turn have ended meanwhile, this starts the next one
-        // (with the engine's default options: the engine decides it).
+        // (with the options of the conversation's last turn: the engine
+        // remembers them).
         state.engine.interject(conversation, text).await?;
         return Ok(());
     }

@@ -24,18 +24,23 @@ pub struct Server {
 impl Server {
     /// A server on the database at `db`, playing `script` (YAML).
     pub async fn start(db: &Path, script: &str, settings: ServerSettings) -> Server {
+        Server::start_with(db, script, settings, EngineConfig::default()).await
+    }
+
+    /// [`Server::start`] with the engine's configuration.
+    pub async fn start_with(
+        db: &Path,
+        script: &str,
+        settings: ServerSettings,
+        config: EngineConfig,
+    ) -> Server {
         let store = toolwire_store::open(&format!("sqlite://{}", db.display()))
             .await
             .unwrap();
         let provider = Arc::new(ScriptedProvider::new(Script::parse(script).unwrap(), false));
-        let engine = Engine::start(
-            store,
-            provider,
-            ToolRegistry::new(),
-            EngineConfig::default(),
-        )
-        .await
-        .unwrap();
+        let engine = Engine::start(store, provider, ToolRegistry::new(), config)
+            .await
+            .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
