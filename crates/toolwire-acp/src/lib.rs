@@ -47,10 +47,11 @@ use agent_client_protocol::{Agent, ByteStreams, Client};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
-use toolwire_engine::Engine;
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
+use toolwire_engine::watch::{self, OwnWrites, WatchHandle, WatchSettings};
+use toolwire_engine::{Engine, TurnOptions};
 
 pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use permissions::{Policies, Policy};
@@ -71,6 +72,9 @@ pub struct AcpSettings {
     /// is ignored here: it follows the client's `_meta.terminal_output`
     /// capability.
     pub tracker: TrackerConfig,
+    /// Each session watches its own cwd with these settings and tells only
+    /// its own conversation about outside changes; `None`: no watching.
+    pub watch: Option<WatchSettings>,
 }
 
 impl Default for AcpSettings {
@@ -81,6 +85,7 @@ impl Default for AcpSettings {
                 call_byte_budget: Some(8 * 1024 * 1024),
                 ..TrackerConfig::coalescing()
             },
+            watch: Some(WatchSettings::default()),
         }
     }
 }
@@ -212,6 +217,8 @@ pub async fn serve(
 /// A session's tools, and the editor side of those that go through it.
 struct SessionTools {
     tools: ToolRegistry,
+    /// What the built-in tools wrote, for the session's file watcher.
+    own_writes: Arc<OwnWrites>,
     fs: Option<client_fs::ClientFs>,
     terminals: terminal::Terminals,
 }
@@ -239,6 +246,9 @@ struct Session {
     tracker: TrackerConfig,
     /// What its tool call updates cost, over all its prompts.
     metrics: Arc<Mutex<TrackerMetrics>>,
+    /// The watcher of `cwd`, telling this session's conversation only; it
+    /// stops when the session (its last clone) goes.
+    _watcher: Option<Arc<WatchHandle>>,
 }
 
 impl Session {
@@ -378,18 +388,57 @@ impl AcpAgent {
         }
         Ok(SessionTools {
             tools,
+            own_writes: workspace.own_writes().clone(),
             fs,
             terminals,
         })
     }
 
-    fn insert(
+    /// Watches `cwd` for the session of `conversation`: each outside change
+    /// is told to that conversation only. A watcher that cannot start is a
+    /// warning, not an error.
+    async fn watch(
+        &self,
+        conversation: ConversationId,
+        cwd: &Path,
+        own_writes: Arc<OwnWrites>,
+    ) -> Option<Arc<WatchHandle>> {
+        let settings = self.settings.watch.clone()?;
+        let engine = self.engine.clone();
+        // The sink runs on the watcher's own thread; the notification is
+        // async.
+        let runtime = tokio::runtime::Handle::current();
+        let sink = move |event| {
+            let engine = engine.clone();
+            runtime.spawn(async move {
+                if let Err(e) = engine.notify(conversation, event).await {
+                    tracing::debug!(%conversation, error = %e, "a file change was not told");
+                }
+            });
+        };
+        match watch::start_with(cwd, own_writes, settings, sink).await {
+            Ok(handle) => Some(Arc::new(handle)),
+            Err(e) => {
+                tracing::warn!(
+                    cwd = %cwd.display(),
+                    error = %e,
+                    "file changes in the session's directory will not be reported"
+                );
+                None
+            }
+        }
+    }
+
+    async fn insert(
         &self,
         conversation: ConversationId,
         tools: SessionTools,
         cwd: PathBuf,
         permissions: permissions::Permissions,
     ) -> SessionId {
+        let watcher = self
+            .watch(conversation, &cwd, tools.own_writes.clone())
+            .await;
         let id: Arc<str> = conversation.to_string().into();
         let caps = self.client_caps();
         let tracker = TrackerConfig {
@@ -408,7 +457,19 @@ impl AcpAgent {
             policies: self.settings.policies.clone(),
             tracker,
             metrics: Arc::default(),
+            _watcher: watcher,
         };
+        // Turns the engine starts itself (a waking notification, a late
+        // interjection) run with the session's tools and permission
+        // policy, even before its first prompt after a load.
+        self.engine.set_conversation_options(
+            conversation,
+            TurnOptions {
+                tools: Some(session.tools.clone()),
+                require_approval: permissions::require_approval(&session),
+                ..TurnOptions::default()
+            },
+        );
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session);
         }
@@ -481,12 +542,14 @@ impl AcpAgent {
             Ok(tools) => tools,
             Err(e) => return responder.respond_with_error(e),
         };
-        let id = self.insert(
-            conversation,
-            tools,
-            request.cwd.clone(),
-            permissions::Permissions::default(),
-        );
+        let id = self
+            .insert(
+                conversation,
+                tools,
+                request.cwd.clone(),
+                permissions::Permissions::default(),
+            )
+            .await;
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
         responder.respond(NewSessionResponse::new(id))
     }
@@ -517,7 +580,9 @@ impl AcpAgent {
             Err(e) => return responder.respond_with_error(e),
         };
         let permissions = permissions::Permissions::load(&self.engine, conversation).await;
-        let id = self.insert(conversation, tools, request.cwd.clone(), permissions);
+        let id = self
+            .insert(conversation, tools, request.cwd.clone(), permissions)
+            .await;
         tracing::info!(session = %id.0, "ACP session/load");
         // The history first, then the answer (as the protocol asks).
         for update in session::replay(&branch, &request.cwd) {

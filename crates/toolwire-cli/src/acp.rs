@@ -37,7 +37,10 @@ _meta.toolwire.complete_tool_calls (complete tool call objects).
 
 Notifications: the extension notification _toolwire/notify
 {sessionId, text, source?, priority?: low|normal|high} reaches the model with
-the next tool result; delivered notifications show as a thought.
+the next tool result; delivered notifications show as a thought. Each session
+watches its own cwd: outside file changes there reach that session's model the
+same way (never the database's own files; off with [notifications]
+enabled = false).
 
 Per-session update metrics are logged when the connection ends
 (RUST_LOG=toolwire_acp=info).";
@@ -50,9 +53,14 @@ pub struct AcpArgs {
 }
 
 pub async fn run(args: &AcpArgs) -> Result<ExitCode> {
-    // Kept to the end: the file watcher runs as long as `running`.
     let settings = args.engine.resolve()?;
-    let running = settings.start().await?;
-    toolwire_acp::serve_stdio(running.engine.clone(), settings.acp.clone()).await?;
+    // No process-wide watcher: each session watches its own cwd and tells
+    // only its own conversation.
+    let running = settings.start_unwatched().await?;
+    let acp = toolwire_acp::AcpSettings {
+        watch: settings.watch_settings(),
+        ..settings.acp.clone()
+    };
+    toolwire_acp::serve_stdio(running.engine.clone(), acp).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -19,7 +19,7 @@ use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
 use toolwire_engine::tools::python::PythonLimits;
-use toolwire_engine::watch::{self, WatchHandle};
+use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
 
 pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
@@ -165,6 +165,8 @@ impl AcpFile {
         toolwire_acp::AcpSettings {
             policies: toolwire_acp::Policies(self.permissions),
             tracker,
+            // Filled from the database and `[notifications]` by `acp`.
+            watch: defaults.watch,
         }
     }
 }
@@ -417,11 +419,32 @@ impl Settings {
         Ok(registry)
     }
 
+    /// How file watchers behave: the defaults, never reporting the
+    /// store's own files (the SQLite database and its `-wal`, `-shm`,
+    /// `-journal` siblings), wherever the database is. `None` when
+    /// notifications are off: nothing is watched.
+    pub fn watch_settings(&self) -> Option<WatchSettings> {
+        self.engine.notifications.enabled.then(|| WatchSettings {
+            ignore_paths: toolwire_store::local_files(&self.db),
+            ..WatchSettings::default()
+        })
+    }
+
     /// Opens the store, starts the engine and, when notifications are on,
     /// the file watcher on the workspace (a watcher that cannot start is a
     /// warning, not an error). Keep the result for as long as the engine
     /// runs: dropping it stops the watcher.
     pub async fn start(&self) -> Result<Running> {
+        self.start_watching(true).await
+    }
+
+    /// [`Settings::start`] without the process-wide file watcher: for
+    /// front doors whose sessions watch their own directories (`acp`).
+    pub async fn start_unwatched(&self) -> Result<Running> {
+        self.start_watching(false).await
+    }
+
+    async fn start_watching(&self, watch_workspace: bool) -> Result<Running> {
         if self.demo {
             eprintln!(
                 "toolwire: no model configured; playing the built-in demo script \
@@ -439,8 +462,9 @@ impl Settings {
             self.engine.clone(),
         )
         .await?;
-        let watcher = if self.engine.notifications.enabled {
-            match watch::start(&engine, &workspace).await {
+        let settings = self.watch_settings().filter(|_| watch_workspace);
+        let watcher = if let Some(settings) = settings {
+            match watch::start(&engine, &workspace, settings).await {
                 Ok(handle) => Some(handle),
                 Err(e) => {
                     tracing::warn!(error = %e, "file changes in the workspace will not be reported");

@@ -34,13 +34,65 @@ fn text_of(block: &ContentBlock) -> String {
     }
 }
 
+#[path = "support/acp_schema.rs"]
+mod acp_schema;
+
+/// The client's ends of the pipes to the agent, through the schema check.
 type Transport = ByteStreams<
-    tokio_util::compat::Compat<tokio::process::ChildStdin>,
-    tokio_util::compat::Compat<tokio::process::ChildStdout>,
+    tokio_util::compat::Compat<tokio::io::DuplexStream>,
+    tokio_util::compat::Compat<tokio::io::DuplexStream>,
 >;
 
+/// The agent's process, and the schema check of everything it wrote: when
+/// dropped (or [`AgentProcess::assert_valid`]) it fails the test if the
+/// agent sent a message ACP's schema rejects, naming the method and the
+/// error.
+struct AgentProcess {
+    child: Child,
+    check: acp_schema::WireCheck,
+}
+
+impl AgentProcess {
+    fn assert_valid(&self) {
+        self.check.assert_valid();
+        assert!(self.check.checked() > 0, "the agent's lines were checked");
+    }
+}
+
+impl std::ops::Deref for AgentProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for AgentProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.assert_valid();
+        }
+    }
+}
+
+/// The client's transport to `child`, every line the agent writes on
+/// `stdout` checked against ACP's schema before the client reads it.
+fn checked_transport<R>(mut child: Child, stdout: R) -> (AgentProcess, Transport)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let (to_agent, from_agent, check) = acp_schema::tee(child.stdin.take().unwrap(), stdout);
+    let transport = ByteStreams::new(to_agent.compat_write(), from_agent.compat());
+    (AgentProcess { child, check }, transport)
+}
+
 /// `toolwire acp` with the scripted provider, its stdio as an ACP transport.
-fn spawn_agent(home: &Path, script: &Path, db: &str) -> (Child, Transport) {
+fn spawn_agent(home: &Path, script: &Path, db: &str) -> (AgentProcess, Transport) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
     cmd.current_dir(home).env_remove("RUST_LOG");
     for (k, _) in std::env::vars() {
@@ -58,11 +110,71 @@ fn spawn_agent(home: &Path, script: &Path, db: &str) -> (Child, Transport) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let transport = ByteStreams::new(
-        child.stdin.take().unwrap().compat_write(),
-        child.stdout.take().unwrap().compat(),
+    let stdout = child.stdout.take().unwrap();
+    checked_transport(child, stdout)
+}
+
+#[test]
+fn the_schema_check_names_the_method_and_the_error() {
+    let check = acp_schema::WireCheck::default();
+    check.client_line(
+        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}"#,
     );
-    (child, transport)
+    check.agent_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}"#);
+    check.agent_line(
+        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"in_progress"}}}"#,
+    );
+    assert_eq!(
+        check.problems(),
+        Vec::<String>::new(),
+        "valid messages pass"
+    );
+
+    check.client_line(
+        br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#,
+    );
+    check.agent_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionID":"s"}}"#);
+    check.agent_line(
+        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","status":"running"}}}"#,
+    );
+    check.client_line(br#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","id":2,"error":{"message":"no code"}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s"}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","method":"session/nonsense","params":{}}"#);
+    let problems = check.problems();
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    assert!(
+        problems[0].contains("the response to session/new"),
+        "{}",
+        problems[0]
+    );
+    assert!(
+        problems[0].contains("NewSessionResponse"),
+        "{}",
+        problems[0]
+    );
+    assert!(problems[1].contains("session/update"), "{}", problems[1]);
+    assert!(
+        problems[1].contains("SessionNotification"),
+        "{}",
+        problems[1]
+    );
+    assert!(
+        problems[2].contains("the response to session/prompt"),
+        "{}",
+        problems[2]
+    );
+    assert!(problems[2].contains("Error at"), "{}", problems[2]);
+    assert!(
+        problems[3].contains("RequestPermissionRequest"),
+        "{}",
+        problems[3]
+    );
+    assert!(
+        problems[4].contains("no notification that the client handles"),
+        "{}",
+        problems[4]
+    );
 }
 
 #[tokio::test]
@@ -494,16 +606,11 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counting<R> {
     }
 }
 
-type CountingTransport = ByteStreams<
-    tokio_util::compat::Compat<tokio::process::ChildStdin>,
-    tokio_util::compat::Compat<Counting<tokio::process::ChildStdout>>,
->;
-
 /// `toolwire acp` with `args` (after `acp`), its output counted.
 fn spawn_with(
     home: &Path,
     args: &[String],
-) -> (Child, CountingTransport, Arc<std::sync::atomic::AtomicU64>) {
+) -> (AgentProcess, Transport, Arc<std::sync::atomic::AtomicU64>) {
     spawn_logging(home, args, None)
 }
 
@@ -512,7 +619,7 @@ fn spawn_logging(
     home: &Path,
     args: &[String],
     log: Option<&Path>,
-) -> (Child, CountingTransport, Arc<std::sync::atomic::AtomicU64>) {
+) -> (AgentProcess, Transport, Arc<std::sync::atomic::AtomicU64>) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
     cmd.current_dir(home).env_remove("RUST_LOG");
     for (k, _) in std::env::vars() {
@@ -537,14 +644,11 @@ fn spawn_logging(
         .spawn()
         .unwrap();
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let transport = ByteStreams::new(
-        child.stdin.take().unwrap().compat_write(),
-        Counting {
-            inner: child.stdout.take().unwrap(),
-            bytes: bytes.clone(),
-        }
-        .compat(),
-    );
+    let stdout = Counting {
+        inner: child.stdout.take().unwrap(),
+        bytes: bytes.clone(),
+    };
+    let (child, transport) = checked_transport(child, stdout);
     (child, transport, bytes)
 }
 
@@ -569,8 +673,7 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
     .await;
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    // Not in the watched workspace (the process's directory): the
-    // database's own writes would be notifications too.
+    // Beside the config file, out of the session's directory.
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("toolwire.toml");
     // run_command is allowed by configuration: nobody is asked.
@@ -707,6 +810,108 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
     drop(child);
 }
 
+#[tokio::test]
+async fn a_change_in_the_sessions_cwd_reaches_its_model_and_nothing_else_does() {
+    use support::{Call, MockServer, Reply, openai_sse};
+    let server = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Building.",
+            &[Call {
+                id: "call_slow",
+                name: "run_command",
+                arguments: serde_json::json!({"command": "sleep 2; echo built"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Done.", &[])),
+    ])
+    .await;
+    // The process's directory, where the database lives too; the session's
+    // cwd is elsewhere.
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let config = home.path().join("toolwire.toml");
+    std::fs::write(&config, "[acp.permissions]\nrun_command = \"allow\"\n").unwrap();
+    // The database in the session's cwd: its own writes are not changes.
+    let db = format!("sqlite://{}", project.path().join("t.db").display());
+    let (child, transport, _) = spawn_with(
+        home.path(),
+        &strings(&[
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--base-url",
+            &server.url,
+            "--db",
+            &db,
+            "--config",
+            config.to_str().unwrap(),
+        ]),
+    );
+    let (running_tx, mut running_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let cwd = project.path().to_path_buf();
+    let (inside, outside) = (
+        project.path().join("changed.txt"),
+        home.path().join("outside.txt"),
+    );
+    let run = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx| {
+                if let SessionUpdate::ToolCallUpdate(up) = &n.update
+                    && up.fields.status == Some(ToolCallStatus::InProgress)
+                {
+                    let _ = running_tx.send(());
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let prompt = cx.send_request(PromptRequest::new(
+                session.session_id.clone(),
+                vec![ContentBlock::Text(TextContent::new("build"))],
+            ));
+            // While the command sleeps: a change in the session's cwd, and
+            // one in the process's directory.
+            running_rx.recv().await;
+            std::fs::write(&inside, "new\n").unwrap();
+            std::fs::write(&outside, "not the session's\n").unwrap();
+            Ok(prompt.block_task().await?.stop_reason)
+        });
+    let stop = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the agent answered in time")
+        .expect("the ACP exchange succeeded");
+    assert_eq!(stop, StopReason::EndTurn);
+
+    // The model's next request carries the session's change after the
+    // tool's output, and nothing else.
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    let tool = received[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content = tool["content"].as_str().unwrap();
+    assert!(content.contains("built"), "{content}");
+    assert!(content.contains("<notifications"), "{content}");
+    assert!(content.contains("changed.txt"), "{content}");
+    assert!(!content.contains("outside.txt"), "{content}");
+    assert!(!content.contains("t.db"), "the store's files: {content}");
+    drop(child);
+}
+
 /// 35,000 lines of 80 bytes.
 const LINES: usize = 35_000;
 const PRINT_LINES: &str = "awk 'BEGIN { for (i = 0; i < 35000; i++) printf \"%079d\\n\", i }'";
@@ -718,6 +923,8 @@ struct Streamed {
     bytes: u64,
     /// The agent's log.
     log: String,
+    /// Every `session/update` on the wire, sized.
+    sizes: Vec<acp_schema::UpdateSize>,
 }
 
 /// Runs [`PRINT_LINES`] in a session whose client advertises `caps`.
@@ -806,6 +1013,7 @@ async fn stream(caps: ClientCapabilities, command: &str, config_extra: &str) -> 
         updates,
         bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
         log: std::fs::read_to_string(&log).unwrap(),
+        sizes: child.check.updates(),
     }
 }
 
@@ -1427,4 +1635,85 @@ async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
         std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
         "one\nthree\n"
     );
+}
+
+/// A `run_command` printing 10 chunks of 5 lines of 80 characters, a
+/// moment apart: 10 output progress updates.
+const TEN_CHUNKS: &str = "for i in 1 2 3 4 5 6 7 8 9 10; do for j in 1 2 3 4 5; do \
+     printf '%-80s\\n' \"test tests::case_${i}_${j} ... ok\"; done; sleep 0.2; done";
+
+/// The typical lifecycle on the real wire (announce, in_progress, 10 output
+/// progress updates, completed with the output), partial against complete
+/// objects, with and without `_meta.terminal_output`. Prints the figures
+/// (`--nocapture`).
+#[tokio::test]
+async fn a_command_lifecycle_costs_fewer_bytes_as_patches() {
+    for appended in [false, true] {
+        let caps = || {
+            let mut meta = serde_json::Map::new();
+            if appended {
+                meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
+            }
+            ClientCapabilities::new().meta(meta)
+        };
+        let partial = stream(caps(), TEN_CHUNKS, "").await;
+        let complete = stream(caps(), TEN_CHUNKS, "complete_objects = true").await;
+        let sum = |s: &Streamed, kind: &str, line: bool| -> usize {
+            s.sizes
+                .iter()
+                .filter(|u| u.kind == kind)
+                .map(|u| if line { u.line_bytes } else { u.update_bytes })
+                .sum()
+        };
+        let count = |s: &Streamed| {
+            s.sizes
+                .iter()
+                .filter(|u| u.kind == "tool_call_update")
+                .count()
+        };
+        let output = partial
+            .updates
+            .iter()
+            .filter_map(|up| {
+                up.meta
+                    .as_ref()?
+                    .get("terminal_output")?
+                    .get("data")?
+                    .as_str()
+            })
+            .map(str::len)
+            .sum::<usize>();
+        for line in [false, true] {
+            let (pa, pu) = (
+                sum(&partial, "tool_call", line),
+                sum(&partial, "tool_call_update", line),
+            );
+            let (ca, cu) = (
+                sum(&complete, "tool_call", line),
+                sum(&complete, "tool_call_update", line),
+            );
+            println!(
+                "{} output, {}: {} vs {} updates; updates {pu} B partial vs {cu} B complete = {:.1}% fewer; \
+                 with the announce ({pa} B / {ca} B) {} vs {} B = {:.1}% fewer{}",
+                if appended { "appended" } else { "replaced" },
+                if line {
+                    "whole JSON-RPC lines"
+                } else {
+                    "update objects"
+                },
+                count(&partial),
+                count(&complete),
+                100.0 * (1.0 - pu as f64 / cu as f64),
+                pa + pu,
+                ca + cu,
+                100.0 * (1.0 - (pa + pu) as f64 / (ca + cu) as f64),
+                if appended {
+                    format!(" (output data {output} B)")
+                } else {
+                    String::new()
+                },
+            );
+            assert!(pu < cu && pa + pu < ca + cu);
+        }
+    }
 }

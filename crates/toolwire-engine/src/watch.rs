@@ -13,7 +13,9 @@
 //! Paths with an ignored component (`.git`, `target`, `node_modules`) are
 //! skipped; on Linux their directories are not even watched (one inotify
 //! watch per directory, added as directories appear), so a large build
-//! tree costs no watches. The built-in tools' temporary files are skipped,
+//! tree costs no watches. Files named in [`WatchSettings::ignore_paths`]
+//! (the store's own database files) are never reported, wherever they
+//! are. The built-in tools' temporary files are skipped,
 //! and a file whose content is what a built-in tool last wrote there
 //! ([`OwnWrites`]) is the agent's own change: not reported back to it.
 
@@ -41,7 +43,7 @@ pub const SOURCE: &str = "file_watcher";
 pub const DEFAULT_IGNORED: [&str; 3] = [".git", "target", "node_modules"];
 
 /// How the watcher behaves.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchSettings {
     /// A path is reported once no event has come for it for this long…
     pub debounce: Duration,
@@ -49,6 +51,11 @@ pub struct WatchSettings {
     pub max_delay: Duration,
     /// Path components whose contents are not watched.
     pub ignore: Vec<String>,
+    /// Files never reported, by exact path (the store's database and its
+    /// `-wal`, `-shm`, `-journal` siblings): a relative path is taken from
+    /// the current directory, and the directory is resolved (symbolic
+    /// links, `..`), so the file itself need not exist yet.
+    pub ignore_paths: Vec<PathBuf>,
     /// Directories watched at most (one inotify watch each on Linux);
     /// past this, new directories are not watched and a warning says so.
     pub max_dirs: usize,
@@ -60,6 +67,7 @@ impl Default for WatchSettings {
             debounce: Duration::from_millis(300),
             max_delay: Duration::from_secs(2),
             ignore: DEFAULT_IGNORED.iter().map(|s| (*s).to_owned()).collect(),
+            ignore_paths: Vec::new(),
             max_dirs: 20_000,
         }
     }
@@ -202,16 +210,20 @@ enum Msg {
     Stop,
 }
 
-/// Watches `workspace`'s root and tells the conversations `engine` works
-/// on (those it has run a turn in) about changes, as passive
-/// notifications, leaving out the built-in tools' own writes. The handle
-/// keeps a clone of the engine; dropping it stops the watcher.
-pub async fn start(engine: &Engine, workspace: &Workspace) -> Result<WatchHandle, WatchError> {
+/// Watches `workspace`'s root with `settings` and tells the conversations
+/// `engine` works on (those it has run a turn in) about changes, as
+/// passive notifications, leaving out the built-in tools' own writes. The
+/// handle keeps a clone of the engine; dropping it stops the watcher.
+pub async fn start(
+    engine: &Engine,
+    workspace: &Workspace,
+    settings: WatchSettings,
+) -> Result<WatchHandle, WatchError> {
     let engine = engine.clone();
     start_with(
         workspace.root(),
         workspace.own_writes().clone(),
-        WatchSettings::default(),
+        settings,
         move |event| engine.notify_attached(event),
     )
     .await
@@ -229,6 +241,8 @@ pub async fn start_with<F>(
 where
     F: Fn(Incoming) + Send + 'static,
 {
+    let mut settings = settings;
+    settings.ignore_paths = settings.ignore_paths.iter().map(|p| resolved(p)).collect();
     let canonical = std::fs::canonicalize(root).map_err(|source| WatchError::Root {
         path: root.display().to_string(),
         source,
@@ -274,6 +288,18 @@ where
         Err(_) => Err(WatchError::Thread(io::Error::other(
             "the watcher's thread ended while starting",
         ))),
+    }
+}
+
+/// `path` absolute, its directory canonical (as the watcher's paths are),
+/// the file itself as named: it need not exist.
+fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|dir| dir.join(name))
+            .unwrap_or(absolute),
+        _ => absolute,
     }
 }
 
@@ -573,6 +599,7 @@ impl State {
         }) || path
             .file_name()
             .is_some_and(|n| n.to_string_lossy().ends_with(TMP_SUFFIX))
+            || self.settings.ignore_paths.iter().any(|p| p == path)
     }
 
     /// `path` as the model sees it: relative to the root, `/`-separated.

@@ -49,7 +49,9 @@ async fn setup(replies: Vec<Reply>, files: &[(&str, &str)]) -> Setup {
         tools.register(tool);
     }
     let (engine, db) = engine(provider, tools, EngineConfig::default()).await;
-    let watcher = watch::start(&engine, &workspace).await.unwrap();
+    let watcher = watch::start(&engine, &workspace, WatchSettings::default())
+        .await
+        .unwrap();
     Setup {
         server,
         engine,
@@ -437,9 +439,19 @@ async fn watcher(
     root: &Path,
     own: Arc<OwnWrites>,
 ) -> (WatchHandle, tokio::sync::mpsc::UnboundedReceiver<Incoming>) {
+    watcher_ignoring(root, own, Vec::new()).await
+}
+
+/// [`watcher`], never reporting the files `ignore_paths`.
+async fn watcher_ignoring(
+    root: &Path,
+    own: Arc<OwnWrites>,
+    ignore_paths: Vec<std::path::PathBuf>,
+) -> (WatchHandle, tokio::sync::mpsc::UnboundedReceiver<Incoming>) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let settings = WatchSettings {
         debounce: Duration::from_millis(150),
+        ignore_paths,
         ..WatchSettings::default()
     };
     let handle = watch::start_with(root, own, settings, move |event| {
@@ -538,6 +550,31 @@ async fn the_watcher_reports_files_relative_to_the_root_and_skips_what_it_should
         Ok(Some(event)) => panic!("reported after the handle was dropped: {event:?}"),
         Err(_) => panic!("the watcher's thread did not stop"),
     }
+}
+
+#[tokio::test]
+async fn the_stores_own_files_are_never_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // The store's database in the watched directory, named through a path
+    // that is not the canonical one (a `..` detour).
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let db = root.join("sub").join("..").join("t.db");
+    let url = format!("sqlite://{}", db.display());
+    let files = toolwire_store::local_files(&url);
+    assert_eq!(files.len(), 4, "{files:?}");
+    let (_handle, mut rx) = watcher_ignoring(root, Arc::default(), files).await;
+    // The real store, writing its file and its write-ahead log.
+    let store = toolwire_store::open(&url).await.unwrap();
+    store.create_conversation("sys", None).await.unwrap();
+    std::fs::write(root.join("t.db-journal"), "j").unwrap();
+    std::fs::write(root.join("notes.txt"), "n").unwrap();
+    assert!(root.join("t.db-wal").exists(), "the store writes a WAL");
+    assert_eq!(
+        reported(&mut rx).await,
+        set(&[("notes.txt", FileChange::Created)])
+    );
+    drop(store);
 }
 
 #[tokio::test]

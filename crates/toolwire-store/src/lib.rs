@@ -279,6 +279,28 @@ pub trait Store: Send + Sync + 'static {
     async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>>;
 }
 
+/// The files the store at `url` keeps on disk: a SQLite database file and
+/// its `-wal`, `-shm` and `-journal` siblings (whether they exist yet or
+/// not), as named by the URL. None for an in-memory database, PostgreSQL,
+/// or a URL that does not parse.
+pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
+    use std::str::FromStr;
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return Vec::new();
+    }
+    let Ok(options) = sqlx::sqlite::SqliteConnectOptions::from_str(url) else {
+        return Vec::new();
+    };
+    let file = options.get_filename().to_path_buf();
+    let mut files = vec![file.clone()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        files.push(name.into());
+    }
+    files
+}
+
 /// Opens (creating if needed, and migrating) the store at `url`.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     if url.starts_with("sqlite:") {
