@@ -47,14 +47,35 @@ fn edit_call() -> ToolCallState {
 }
 
 /// Bytes of one call's life: (announce, updates) and the patch count.
-fn edit_lifecycle(complete: bool) -> (u64, u64, u64) {
+///
+/// `early`: announced as the front doors do it, the moment the name has
+/// streamed in (no arguments yet), then refined as the argument fields
+/// complete: the title and location with `path`, the raw input with
+/// `diff`. Otherwise announced whole, arguments and all.
+fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
     let mut t = immediate(complete);
     let now = Instant::now();
-    t.announce(edit_call()).unwrap();
     let mut sent = 0;
     let mut send = |t: &mut ToolCallTracker, p: ToolCallPatch| {
         sent += u64::from(t.update(p, now).unwrap().is_some());
     };
+    if early {
+        t.announce(ToolCallState::new(ID, "Edit", ToolKind::Edit))
+            .unwrap();
+        let whole = edit_call();
+        send(
+            &mut t,
+            ToolCallPatch::new(ID)
+                .title(whole.title.clone())
+                .locations(whole.locations.clone()),
+        );
+        send(
+            &mut t,
+            ToolCallPatch::new(ID).raw_input(whole.raw_input.clone().unwrap()),
+        );
+    } else {
+        t.announce(edit_call()).unwrap();
+    }
     send(
         &mut t,
         ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
@@ -176,17 +197,24 @@ fn report_bytes(_: &mut Criterion) {
     );
 
     // (b) typical lifecycle, partial vs complete.
-    let (announce, partial, n) = edit_lifecycle(false);
-    let (_, complete, _) = edit_lifecycle(true);
-    println!(
-        "(b) edit lifecycle (announce, in_progress, 10 progress, completed with a diff): \
-         {n} updates; updates {partial} B partial vs {complete} B complete = {:.1}% fewer; \
-         with the {announce} B announce {} vs {} B = {:.1}% fewer (target ≥ 80%)",
-        100.0 * (1.0 - partial as f64 / complete as f64),
-        announce + partial,
-        announce + complete,
-        100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
-    );
+    for early in [true, false] {
+        let (announce, partial, n) = edit_lifecycle(false, early);
+        let (_, complete, _) = edit_lifecycle(true, early);
+        println!(
+            "(b) edit lifecycle, {}, in_progress, 10 progress, completed with a diff: \
+             {n} updates; updates {partial} B partial vs {complete} B complete = {:.1}% fewer; \
+             with the {announce} B announce {} vs {} B = {:.1}% fewer (target ≥ 80%)",
+            if early {
+                "announced at its name then refined by its fields"
+            } else {
+                "announced whole"
+            },
+            100.0 * (1.0 - partial as f64 / complete as f64),
+            announce + partial,
+            announce + complete,
+            100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
+        );
+    }
     for appended in [false, true] {
         let (announce, partial) = command_lifecycle(false, appended);
         let (_, complete) = command_lifecycle(true, appended);
