@@ -55,7 +55,7 @@ use toolwire_engine::{Engine, TurnOptions};
 
 pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use permissions::{Policies, Policy};
-pub use titles::kind_of;
+pub use toolwire_core::kind_of;
 use updates::session_metrics_line;
 
 /// How `toolwire acp` behaves beyond the protocol: tool policies and how

@@ -6,21 +6,10 @@
 use std::path::Path;
 
 use serde_json::Value;
-use toolwire_core::{Location, ToolKind};
+use toolwire_core::{Location, ToolKind, kind_of};
 
 /// Titles longer than this are cut (a command can be a whole script).
 const MAX_TITLE: usize = 80;
-
-/// What a built-in tool does, from its name; `Other` for the rest.
-pub fn kind_of(name: &str) -> ToolKind {
-    match name {
-        "read_file" => ToolKind::Read,
-        "write_file" | "apply_diff" => ToolKind::Edit,
-        "search" => ToolKind::Search,
-        "run_command" => ToolKind::Execute,
-        _ => ToolKind::Other,
-    }
-}
 
 /// A call's title, kind and locations from its name and the arguments known
 /// so far (`args` may be a partial object, or not an object at all).

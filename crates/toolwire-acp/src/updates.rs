@@ -21,6 +21,7 @@ use toolwire_core::{
 };
 
 use crate::{Session, convert, notify, titles};
+use toolwire_core::tool_events::result_text;
 
 /// What is known of one call beyond what the tracker keeps.
 #[derive(Debug, Default)]
@@ -381,22 +382,6 @@ fn terminal_exit(id: &ToolCallId, result: &str) -> Value {
         "exit_code": after("[exit code:"),
         "signal": after("[killed by signal"),
     })
-}
-
-/// The result text of call `id` in its result message.
-pub(crate) fn result_text(message: &Message, id: &ToolCallId) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                ..
-            } if tool_use_id == id => Some(content.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Whether the result of call `id` in `message` is an error.
