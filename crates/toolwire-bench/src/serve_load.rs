@@ -73,13 +73,29 @@ fn script(chunk_size: usize) -> String {
 
 /// `target/release/toolwire` next to this executable (which lives in
 /// `target/release/` too).
-pub(crate) fn default_toolwire() -> Result<PathBuf> {
+fn default_toolwire() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let dir = exe
         .parent()
         .context("this executable has no directory")?
         .to_path_buf();
     Ok(dir.join("toolwire"))
+}
+
+/// The `toolwire` binary to run: `given`, else the one beside this
+/// executable; an error that says how to build it when it is missing.
+pub(crate) fn toolwire_binary(given: Option<PathBuf>) -> Result<PathBuf> {
+    let toolwire = match given {
+        Some(p) => p,
+        None => default_toolwire()?,
+    };
+    if !toolwire.is_file() {
+        bail!(
+            "no toolwire binary at {} (build it: cargo build --release -p toolwire-cli, or pass --toolwire)",
+            toolwire.display()
+        );
+    }
+    Ok(toolwire)
 }
 
 /// The number on line `key` of `/proc/<pid>/FILE` (e.g. `Threads` of
@@ -486,16 +502,7 @@ pub async fn serve_load(o: Options) -> Result<()> {
     if o.clients == 0 || o.messages == 0 {
         bail!("--clients and --messages must be at least 1");
     }
-    let toolwire = match o.toolwire.clone() {
-        Some(p) => p,
-        None => default_toolwire()?,
-    };
-    if !toolwire.is_file() {
-        bail!(
-            "no toolwire binary at {} (build it: cargo build --release -p toolwire-cli, or pass --toolwire)",
-            toolwire.display()
-        );
-    }
+    let toolwire = toolwire_binary(o.toolwire.clone())?;
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(o.clients.max(1) * 2)

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Barrier, Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::serve_load::{Server, call_json, default_toolwire};
+use crate::serve_load::{Server, call_json, toolwire_binary};
 use crate::{ms, percentile, summary};
 
 /// What `ws-fanout` is asked to do.
@@ -119,16 +119,7 @@ pub async fn ws_fanout(o: Options) -> Result<()> {
     if o.clients == 0 || o.turns == 0 {
         bail!("--clients and --turns must be at least 1");
     }
-    let toolwire = match o.toolwire.clone() {
-        Some(p) => p,
-        None => default_toolwire()?,
-    };
-    if !toolwire.is_file() {
-        bail!(
-            "no toolwire binary at {} (build it: cargo build --release -p toolwire-cli, or pass --toolwire)",
-            toolwire.display()
-        );
-    }
+    let toolwire = toolwire_binary(o.toolwire.clone())?;
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let http = reqwest::Client::new();
     let mut server = Server::start(
