@@ -22,10 +22,6 @@ mod extract;
 pub mod letta;
 pub mod live;
 mod openapi;
-// The live view's web page, served at `/` without a key (its API calls
-// carry one). Lives beside the live API it speaks (src/live/).
-#[path = "live/page.rs"]
-mod page;
 mod state;
 
 use std::future::Future;
@@ -70,7 +66,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .merge(v1)
-        .merge(page::routes())
+        .merge(live::page::routes())
         .route("/openapi.json", get(openapi::document))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(

@@ -7,6 +7,8 @@ pub mod conversations;
 pub mod frames;
 pub mod index;
 pub mod owner;
+/// The web page, served at `/` without a key (its API calls carry one).
+pub mod page;
 pub mod socket;
 pub mod tree;
 
