@@ -5,6 +5,7 @@ use toolwire_core::event::Location;
 use toolwire_core::{
     StopReason, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus, ToolKind,
 };
+use toolwire_engine::tools::builtin::{StepStatus, parse_plan};
 
 /// How a prompt turn ended, as ACP says it; `None` for the engine's
 /// failures, which answer the prompt with a JSON-RPC error instead.
@@ -20,6 +21,25 @@ pub fn stop_reason(reason: StopReason) -> Option<acp::StopReason> {
         | StopReason::LlmApiError
         | StopReason::Interrupted => None,
     }
+}
+
+/// The `plan` of an `update_plan` call's arguments (`None` if the tool
+/// would refuse them): one entry per step, in order, of medium priority.
+pub fn plan(arguments: &serde_json::Value) -> Option<acp::Plan> {
+    let plan = parse_plan(arguments).ok()?;
+    let entries = plan
+        .plan
+        .into_iter()
+        .map(|step| {
+            let status = match step.status {
+                StepStatus::Pending => acp::PlanEntryStatus::Pending,
+                StepStatus::InProgress => acp::PlanEntryStatus::InProgress,
+                StepStatus::Completed => acp::PlanEntryStatus::Completed,
+            };
+            acp::PlanEntry::new(step.step, acp::PlanEntryPriority::Medium, status)
+        })
+        .collect();
+    Some(acp::Plan::new(entries))
 }
 
 fn kind(kind: ToolKind) -> acp::ToolKind {
@@ -136,5 +156,28 @@ mod tests {
             json,
             serde_json::json!({"toolCallId": "c1", "status": "in_progress"})
         );
+    }
+
+    #[test]
+    fn a_plan_keeps_its_steps_in_order_with_their_statuses() {
+        let args = serde_json::json!({"explanation": "e", "plan": [
+            {"step": "Read", "status": "completed"},
+            {"step": "Fix", "status": "in_progress"},
+            {"step": "Test", "status": "pending"}
+        ]});
+        let json = serde_json::to_value(plan(&args)).unwrap_or_default();
+        assert_eq!(
+            json,
+            serde_json::json!({"entries": [
+                {"content": "Read", "priority": "medium", "status": "completed"},
+                {"content": "Fix", "priority": "medium", "status": "in_progress"},
+                {"content": "Test", "priority": "medium", "status": "pending"}
+            ]})
+        );
+        let refused = serde_json::json!({"plan": [
+            {"step": "a", "status": "in_progress"},
+            {"step": "b", "status": "in_progress"}
+        ]});
+        assert!(plan(&refused).is_none());
     }
 }

@@ -2,11 +2,11 @@
 //! others with `session/request_permission`.
 //!
 //! A call runs at once when its tool's policy is `allow` (by default the
-//! read-only tools: read_file, list_dir, search and MCP tools annotated
-//! `readOnlyHint`) or the user answered "always allow" for the tool in this
-//! session; it is rejected without asking when the policy is `deny` or the
-//! user answered "always reject"; otherwise the editor is asked. "Always"
-//! answers are stored, so a loaded session keeps them.
+//! read-only tools: read_file, list_dir, search, update_plan and MCP tools
+//! annotated `readOnlyHint`) or the user answered "always allow" for the
+//! tool in this session; it is rejected without asking when the policy is
+//! `deny` or the user answered "always reject"; otherwise the editor is
+//! asked. "Always" answers are stored, so a loaded session keeps them.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;

@@ -15,7 +15,7 @@ use toolwire_core::{
     AgentEvent, ContentBlock, GatedCall, Message, Role, StopReason, ToolCall, ToolCallContent,
     ToolCallId, ToolCallState, ToolCallStatus,
 };
-use toolwire_engine::tools::builtin::preview_diff;
+use toolwire_engine::tools::builtin::{UPDATE_PLAN, preview_diff};
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 
 use crate::permissions::{ask, require_approval};
@@ -265,8 +265,9 @@ fn described_state(
 }
 
 /// The session updates that show `messages` (a conversation's active
-/// branch) again, for `session/load`: user and agent text, reasoning, and
-/// each tool call once with its final status and result.
+/// branch) again, for `session/load`: user and agent text, reasoning,
+/// each tool call once with its final status and result, and each plan
+/// `update_plan` recorded (as a `plan`, in its place).
 pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
     let mut results: HashMap<&ToolCallId, (&str, bool)> = HashMap::new();
     for message in messages {
@@ -294,6 +295,22 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
                 }
                 (Role::Assistant, ContentBlock::Reasoning { text }) => {
                     updates.push(SessionUpdate::AgentThoughtChunk(chunk(text)));
+                }
+                // As during the prompt: an accepted plan, no tool call.
+                (
+                    Role::Assistant,
+                    ContentBlock::ToolUse {
+                        id,
+                        name,
+                        arguments,
+                        ..
+                    },
+                ) if name == UPDATE_PLAN => {
+                    if let (Some((_, false)), Some(plan)) =
+                        (results.get(id), convert::plan(arguments))
+                    {
+                        updates.push(SessionUpdate::Plan(plan));
+                    }
                 }
                 (
                     Role::Assistant,
@@ -389,6 +406,53 @@ mod tests {
                     "rawInput": {"path": "a"}
                 }
             ])
+        );
+    }
+
+    #[test]
+    fn replay_shows_accepted_plans_and_no_plan_tool_call() {
+        let c = ConversationId::new();
+        let plan_call = |id: &str, plan: serde_json::Value| ContentBlock::ToolUse {
+            id: ToolCallId(id.into()),
+            server: None,
+            name: "update_plan".into(),
+            arguments: serde_json::json!({ "plan": plan }),
+        };
+        let result = |id: &str, is_error: bool| ContentBlock::ToolResult {
+            tool_use_id: ToolCallId(id.into()),
+            content: "r".into(),
+            is_error,
+        };
+        let branch = vec![
+            Message::new(
+                c,
+                None,
+                Role::Assistant,
+                vec![
+                    plan_call(
+                        "p1",
+                        serde_json::json!([{"step": "a", "status": "in_progress"}]),
+                    ),
+                    plan_call(
+                        "p2",
+                        serde_json::json!([{"step": "b", "status": "pending"}]),
+                    ),
+                ],
+            ),
+            Message::new(
+                c,
+                None,
+                Role::Tool,
+                vec![result("p1", false), result("p2", true)],
+            ),
+        ];
+        let json = serde_json::to_value(replay(&branch, Path::new("/w"))).unwrap_or_default();
+        assert_eq!(
+            json,
+            serde_json::json!([{
+                "sessionUpdate": "plan",
+                "entries": [{"content": "a", "priority": "medium", "status": "in_progress"}]
+            }])
         );
     }
 }

@@ -4,7 +4,8 @@
 //! sharpen as the model writes the arguments; a command's output streams
 //! as appended `_meta.terminal_output` (clients that advertise it) or as a
 //! bounded, replaced tail, throttled further once a call has sent its
-//! byte budget.
+//! byte budget. `update_plan` calls are not shown as tool calls: each one
+//! the tool accepts becomes a `plan` update (as codex-acp does).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -16,12 +17,13 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Location, Message, Progress, ToolCallContent, ToolCallId,
+    AgentEvent, ContentBlock, Location, Message, Progress, ToolCall, ToolCallContent, ToolCallId,
     ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerMetrics,
 };
 
 use crate::{Session, convert, notify, titles};
 use toolwire_core::tool_events::result_text;
+use toolwire_engine::tools::builtin::UPDATE_PLAN;
 
 /// What is known of one call beyond what the tracker keeps.
 #[derive(Debug, Default)]
@@ -29,8 +31,17 @@ struct CallInfo {
     name: String,
     /// The argument fields complete so far.
     args: Map<String, Value>,
+    /// The whole arguments, once the call is generated.
+    arguments: Option<Value>,
     /// Output went out as appended terminal output.
     streamed: bool,
+}
+
+impl CallInfo {
+    /// An `update_plan` call: shown as a `plan`, not as a tool call.
+    fn is_plan(&self) -> bool {
+        self.name == UPDATE_PLAN
+    }
 }
 
 pub(crate) struct Updates<'a> {
@@ -85,6 +96,9 @@ impl<'a> Updates<'a> {
                     return Ok(());
                 };
                 info.args.insert(key.clone(), value.clone());
+                if info.is_plan() {
+                    return Ok(());
+                }
                 let args = Value::Object(info.args.clone());
                 let patch = self.described(call_id, &args);
                 self.patch(patch, now)
@@ -92,6 +106,9 @@ impl<'a> Updates<'a> {
             AgentEvent::ToolCallsGenerated { calls, .. } => {
                 for call in calls {
                     self.announce(&call.id, &call.name)?;
+                    if self.generated_plan(call) {
+                        continue;
+                    }
                     let patch = self
                         .described(&call.id, &call.arguments)
                         .raw_input(call.arguments.clone());
@@ -103,6 +120,9 @@ impl<'a> Updates<'a> {
                 for gated in calls {
                     let call = &gated.call;
                     self.announce(&call.id, &call.name)?;
+                    if self.generated_plan(call) {
+                        continue;
+                    }
                     let patch = self
                         .described(&call.id, &call.arguments)
                         .raw_input(call.arguments.clone());
@@ -115,6 +135,9 @@ impl<'a> Updates<'a> {
             }
             AgentEvent::ToolExecutionStarted { call_id, name, .. } => {
                 self.announce(call_id, name)?;
+                if self.is_plan(call_id) {
+                    return Ok(());
+                }
                 self.patch(
                     ToolCallPatch::new(call_id.clone()).status(ToolCallStatus::InProgress),
                     now,
@@ -151,6 +174,17 @@ impl<'a> Updates<'a> {
                     None => Ok(()),
                 },
             },
+            // The plan the tool accepted (one it refused is not shown: the
+            // model is told and tries again).
+            AgentEvent::ToolExecutionCompleted {
+                call_id, message, ..
+            } if self.is_plan(call_id) => {
+                if result_is_error(message, call_id) {
+                    return Ok(());
+                }
+                self.send_plan(call_id)
+            }
+            AgentEvent::ToolExecutionFailed { call_id, .. } if self.is_plan(call_id) => Ok(()),
             // A call that did not succeed (rejected, cancelled, or its tool
             // reported an error) is `failed` for the client.
             AgentEvent::ToolExecutionCompleted {
@@ -195,6 +229,42 @@ impl<'a> Updates<'a> {
         self.session.terminals.lock().ok()?.get(id).cloned()
     }
 
+    fn is_plan(&self, id: &ToolCallId) -> bool {
+        self.calls.get(id).is_some_and(CallInfo::is_plan)
+    }
+
+    /// Keeps the arguments of a generated `update_plan` call; true if
+    /// `call` is one (and so is not shown as a tool call).
+    fn generated_plan(&mut self, call: &ToolCall) -> bool {
+        match self.calls.get_mut(&call.id) {
+            Some(info) if info.is_plan() => {
+                info.arguments = Some(call.arguments.clone());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The `plan` update of the `update_plan` call `id`, after the tool
+    /// accepted it: its arguments are complete and valid, and the editor
+    /// shows the plan the model was told it recorded. (Earlier, on
+    /// `ToolCallsGenerated`, a refused or rejected plan would show.)
+    fn send_plan(&mut self, id: &ToolCallId) -> Result<(), agent_client_protocol::Error> {
+        // Whatever waits (other calls' updates) goes first, in order.
+        self.flush_all(Instant::now())?;
+        let Some(info) = self.calls.get(id) else {
+            return Ok(());
+        };
+        let arguments = info
+            .arguments
+            .clone()
+            .unwrap_or_else(|| Value::Object(info.args.clone()));
+        match convert::plan(&arguments) {
+            Some(plan) => self.send(SessionUpdate::Plan(plan)),
+            None => Ok(()),
+        }
+    }
+
     /// A patch with the title, kind and locations `args` give.
     fn described(&self, id: &ToolCallId, args: &Value) -> ToolCallPatch {
         let name = self.calls.get(id).map(|c| c.name.as_str()).unwrap_or("");
@@ -221,6 +291,9 @@ impl<'a> Updates<'a> {
                 ..CallInfo::default()
             },
         );
+        if name == UPDATE_PLAN {
+            return Ok(());
+        }
         let d = titles::describe(name, &Value::Object(Map::new()), &self.session.cwd);
         let mut state = ToolCallState::new(id.clone(), d.title, d.kind);
         state.locations = d.locations;

@@ -11,9 +11,9 @@ use crate::config::EngineArgs;
 /// What `toolwire acp --help` says beyond the flags: the `[acp]` table of
 /// the config file and the client capabilities the agent honours.
 const ACP_HELP: &str = "\
-Tool permissions: read-only tools (read_file, list_dir, search, and MCP tools
-annotated readOnlyHint) run without asking; other tools ask the editor
-(session/request_permission), whose \"always\" answers are kept with the
+Tool permissions: read-only tools (read_file, list_dir, search, update_plan,
+and MCP tools annotated readOnlyHint) run without asking; other tools ask the
+editor (session/request_permission), whose \"always\" answers are kept with the
 session. Per tool, in the config file (--config):
 
   [acp.permissions]

@@ -3,7 +3,7 @@
 //! and a real SQLite file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,14 +11,22 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, LoadSessionRequest, NewSessionRequest,
-    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
-    StopReason, TextContent, ToolCallContent, ToolCallStatus, ToolKind,
+    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
+    CreateTerminalResponse, Diff, FileSystemCapabilities, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, NewSessionRequest, PermissionOptionKind, PlanEntryPriority,
+    PlanEntryStatus, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
+    ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
+    SessionNotification, SessionUpdate, StopReason, TerminalExitStatus, TerminalOutputRequest,
+    TerminalOutputResponse, TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolKind,
+    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
+    WriteTextFileResponse,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, ByteStreams, Client, UntypedMessage};
 use tokio::process::Child;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+type AcpError = agent_client_protocol::Error;
 
 const LIST_THEN_ANSWER: &str = r#"
 steps:
@@ -36,6 +44,10 @@ fn text_of(block: &ContentBlock) -> String {
 
 #[path = "support/acp_schema.rs"]
 mod acp_schema;
+
+#[path = "../../toolwire-engine/tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
 
 /// The client's ends of the pipes to the agent, through the schema check.
 type Transport = ByteStreams<
@@ -80,6 +92,111 @@ impl Drop for AgentProcess {
     }
 }
 
+// ---------------------------------------------------------------------
+// Starting the agent.
+
+/// A test's directories: `home`, where the agent runs (its script and
+/// database too, unless a test puts them elsewhere), and `project`, the
+/// session's cwd.
+struct Dirs {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        Dirs {
+            home: tempfile::tempdir().unwrap(),
+            project: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn project(&self) -> &Path {
+        self.project.path()
+    }
+
+    /// The session's cwd.
+    fn cwd(&self) -> PathBuf {
+        self.project().to_path_buf()
+    }
+
+    /// The database in `home`.
+    fn db(&self) -> String {
+        sqlite_in(self.home())
+    }
+
+    /// `toolwire acp` in `home` playing `script` (a file written in `home`
+    /// as `name`) with the database in `home`.
+    fn scripted(&self, name: &str, script: &str) -> (AgentProcess, Transport) {
+        let script = write_file(self.home(), name, script);
+        spawn_agent(self.home(), &script, &self.db())
+    }
+}
+
+/// A database `t.db` in `dir`.
+fn sqlite_in(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("t.db").display())
+}
+
+/// Writes `contents` to `dir/name`; returns the path.
+fn write_file(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// The scripted provider's script of `steps`, as `dir/script.json`.
+fn json_script(dir: &Path, steps: serde_json::Value) -> PathBuf {
+    write_file(
+        dir,
+        "script.json",
+        &serde_json::json!({ "steps": steps }).to_string(),
+    )
+}
+
+/// The arguments of `toolwire acp` with the scripted provider.
+fn scripted_args(script: &Path, db: &str) -> Vec<String> {
+    strings(&[
+        "--provider",
+        "scripted",
+        "--script",
+        script.to_str().unwrap(),
+        "--db",
+        db,
+    ])
+}
+
+/// [`scripted_args`] with a config file.
+fn scripted_config_args(script: &Path, db: &str, config: &Path) -> Vec<String> {
+    let mut args = scripted_args(script, db);
+    args.extend(strings(&["--config", config.to_str().unwrap()]));
+    args
+}
+
+/// The arguments of `toolwire acp` with the OpenAI provider at `url`.
+fn openai_args(url: &str, db: &str, config: &Path) -> Vec<String> {
+    strings(&[
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-test",
+        "--base-url",
+        url,
+        "--db",
+        db,
+        "--config",
+        config.to_str().unwrap(),
+    ])
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
 /// The client's transport to `child`, every line the agent writes on
 /// `stdout` checked against ACP's schema before the client reads it.
 fn checked_transport<R>(mut child: Child, stdout: R) -> (AgentProcess, Transport)
@@ -93,497 +210,9 @@ where
 
 /// `toolwire acp` with the scripted provider, its stdio as an ACP transport.
 fn spawn_agent(home: &Path, script: &Path, db: &str) -> (AgentProcess, Transport) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
-    cmd.current_dir(home).env_remove("RUST_LOG");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("TOOLWIRE_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .args(["acp", "--provider", "scripted", "--script"])
-        .arg(script)
-        .args(["--db", db])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    checked_transport(child, stdout)
+    let (child, transport, _) = spawn_with(home, &scripted_args(script, db));
+    (child, transport)
 }
-
-#[test]
-fn the_schema_check_names_the_method_and_the_error() {
-    let check = acp_schema::WireCheck::default();
-    check.client_line(
-        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}"#,
-    );
-    check.agent_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}"#);
-    check.agent_line(
-        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"in_progress"}}}"#,
-    );
-    assert_eq!(
-        check.problems(),
-        Vec::<String>::new(),
-        "valid messages pass"
-    );
-
-    check.client_line(
-        br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#,
-    );
-    check.agent_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionID":"s"}}"#);
-    check.agent_line(
-        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","status":"running"}}}"#,
-    );
-    check.client_line(br#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{}}"#);
-    check.agent_line(br#"{"jsonrpc":"2.0","id":2,"error":{"message":"no code"}}"#);
-    check.agent_line(br#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s"}}"#);
-    check.agent_line(br#"{"jsonrpc":"2.0","method":"session/nonsense","params":{}}"#);
-    let problems = check.problems();
-    assert_eq!(problems.len(), 5, "{problems:#?}");
-    assert!(
-        problems[0].contains("the response to session/new"),
-        "{}",
-        problems[0]
-    );
-    assert!(
-        problems[0].contains("NewSessionResponse"),
-        "{}",
-        problems[0]
-    );
-    assert!(problems[1].contains("session/update"), "{}", problems[1]);
-    assert!(
-        problems[1].contains("SessionNotification"),
-        "{}",
-        problems[1]
-    );
-    assert!(
-        problems[2].contains("the response to session/prompt"),
-        "{}",
-        problems[2]
-    );
-    assert!(problems[2].contains("Error at"), "{}", problems[2]);
-    assert!(
-        problems[3].contains("RequestPermissionRequest"),
-        "{}",
-        problems[3]
-    );
-    assert!(
-        problems[4].contains("no notification that the client handles"),
-        "{}",
-        problems[4]
-    );
-}
-
-#[tokio::test]
-async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    std::fs::write(project.path().join("hello.txt"), "hi\n").unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(&script, LIST_THEN_ANSWER).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-
-    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let seen = updates.clone();
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            let init = cx
-                .send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            assert_eq!(init.protocol_version, ProtocolVersion::V1);
-            assert!(init.agent_capabilities.load_session);
-            let meta = init.agent_capabilities.meta.clone().unwrap_or_default();
-            assert_eq!(meta["toolwire"]["notify"], "_toolwire/notify");
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let answer = cx
-                .send_request(PromptRequest::new(
-                    session.session_id.clone(),
-                    vec![ContentBlock::Text(TextContent::new("what is here?"))],
-                ))
-                .block_task()
-                .await?;
-            Ok((answer.stop_reason, session.session_id))
-        });
-    let (stop, session_id) = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
-    assert_eq!(stop, StopReason::EndTurn);
-
-    let updates = updates.lock().unwrap().clone();
-    let text: String = updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::AgentMessageChunk(chunk) => Some(text_of(&chunk.content)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "Looking around.There is one file.", "{updates:#?}");
-
-    let call = updates
-        .iter()
-        .find_map(|u| match u {
-            SessionUpdate::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        })
-        .expect("a tool_call");
-    // Announced with what is known (the name), then the title follows
-    // the arguments.
-    assert_eq!(call.title, "List .");
-    assert_eq!(call.kind, ToolKind::Other);
-    assert_eq!(call.status, ToolCallStatus::Pending);
-    assert_eq!(
-        call.locations.first().map(|l| l.path.clone()),
-        Some(project.path().to_path_buf())
-    );
-
-    let statuses: Vec<ToolCallStatus> = updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) if up.tool_call_id == call.tool_call_id => {
-                up.fields.status
-            }
-            _ => None,
-        })
-        .collect();
-    // Every status change reaches the client, even for a call quicker
-    // than the coalescing window.
-    assert_eq!(
-        statuses,
-        [ToolCallStatus::InProgress, ToolCallStatus::Completed],
-        "{updates:#?}"
-    );
-    let result: String = updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up)
-                if up.fields.status == Some(ToolCallStatus::Completed) =>
-            {
-                up.fields.content.clone()
-            }
-            _ => None,
-        })
-        .flatten()
-        .map(|c| match c {
-            ToolCallContent::Content(c) => text_of(&c.content),
-            other => format!("{other:?}"),
-        })
-        .collect();
-    assert!(result.contains("hello.txt"), "{result}");
-    drop(child);
-
-    // An editor restarted: a new agent process loads the session from the
-    // database and replays it before answering.
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-    let replayed: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let seen = replayed.clone();
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            cx.send_request(LoadSessionRequest::new(session_id, cwd))
-                .block_task()
-                .await?;
-            Ok(())
-        });
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent loaded the session in time")
-        .expect("session/load succeeded");
-    let replayed = replayed.lock().unwrap().clone();
-    assert!(
-        matches!(&replayed[0], SessionUpdate::UserMessageChunk(c) if text_of(&c.content) == "what is here?"),
-        "{replayed:#?}"
-    );
-    let call = replayed
-        .iter()
-        .find_map(|u| match u {
-            SessionUpdate::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        })
-        .expect("the tool call replayed");
-    assert_eq!(call.title, "List .");
-    assert_eq!(call.status, ToolCallStatus::Completed);
-    assert!(format!("{:?}", call.content).contains("hello.txt"));
-    let last = replayed.last().unwrap();
-    assert!(
-        matches!(last, SessionUpdate::AgentMessageChunk(c) if text_of(&c.content) == "There is one file."),
-        "{replayed:#?}"
-    );
-    drop(child);
-}
-
-#[tokio::test]
-async fn session_cancel_ends_the_prompt_with_cancelled() {
-    let home = tempfile::tempdir().unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(
-        &script,
-        "steps:\n  - text: \"a long answer that streams one byte at a time\"\n    chunk_size: 1\n    delay_ms: 100\n",
-    )
-    .unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-    let cwd = home.path().to_path_buf();
-    let run = Client
-        .v1()
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let prompt = cx.send_request(PromptRequest::new(
-                session.session_id.clone(),
-                vec![ContentBlock::Text(TextContent::new("talk"))],
-            ));
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            cx.send_notification(CancelNotification::new(session.session_id))?;
-            Ok(prompt.block_task().await?.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .expect("the cancelled prompt was answered in time")
-        .expect("the ACP exchange succeeded");
-    assert_eq!(stop, StopReason::Cancelled);
-    drop(child);
-}
-
-/// Two prompts, each of which has the model write a file, then answer.
-const WRITE_TWICE: &str = r#"
-turns:
-  - steps:
-      - text: "Writing."
-        tool_calls: [{name: write_file, arguments: {path: "out.txt", content: "hello\n"}}]
-      - text: "Done."
-  - steps:
-      - text: "Writing again."
-        tool_calls: [{name: write_file, arguments: {path: "out2.txt", content: "again\n"}}]
-      - text: "Done again."
-"#;
-
-/// What a client that answers every permission request with `answer` saw
-/// over `prompts` prompts of one session.
-struct Asked {
-    requests: Vec<RequestPermissionRequest>,
-    stops: Vec<StopReason>,
-    updates: Vec<SessionUpdate>,
-    project: tempfile::TempDir,
-}
-
-async fn prompts_answered_with(answer: &'static str, prompts: usize) -> Asked {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(&script, WRITE_TWICE).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-
-    let requests: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
-    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let (asked, seen) = (requests.clone(), updates.clone());
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .on_receive_request(
-            async move |request: RequestPermissionRequest, responder, _cx| {
-                asked.lock().unwrap().push(request);
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(answer)),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let mut stops = Vec::new();
-            for _ in 0..prompts {
-                let answer = cx
-                    .send_request(PromptRequest::new(
-                        session.session_id.clone(),
-                        vec![ContentBlock::Text(TextContent::new("write it"))],
-                    ))
-                    .block_task()
-                    .await?;
-                stops.push(answer.stop_reason);
-            }
-            Ok(stops)
-        });
-    let stops = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
-    drop(child);
-    let requests = requests.lock().unwrap().clone();
-    let updates = updates.lock().unwrap().clone();
-    Asked {
-        requests,
-        stops,
-        updates,
-        project,
-    }
-}
-
-/// The text of the results of the session's tool calls.
-fn results(updates: &[SessionUpdate]) -> String {
-    updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) => up.fields.content.clone(),
-            _ => None,
-        })
-        .flatten()
-        .map(|c| match c {
-            ToolCallContent::Content(c) => text_of(&c.content),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn a_write_asks_for_permission_and_runs_when_allowed_once() {
-    let asked = prompts_answered_with("allow_once", 1).await;
-    assert_eq!(asked.stops, [StopReason::EndTurn]);
-    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
-    let request = &asked.requests[0];
-    assert_eq!(
-        request.tool_call.fields.title.as_deref(),
-        Some("Edit out.txt")
-    );
-    let location = &request.tool_call.fields.locations.as_ref().unwrap()[0];
-    assert_eq!(location.path, asked.project.path().join("out.txt"));
-    assert_eq!(request.tool_call.fields.kind, Some(ToolKind::Edit));
-    assert_eq!(
-        request.tool_call.fields.raw_input,
-        Some(serde_json::json!({"path": "out.txt", "content": "hello\n"}))
-    );
-    let diff = request
-        .tool_call
-        .fields
-        .content
-        .iter()
-        .flatten()
-        .find_map(|c| match c {
-            ToolCallContent::Diff(d) => Some(d.clone()),
-            _ => None,
-        })
-        .expect("a diff");
-    assert_eq!(diff.new_text, "hello\n");
-    assert_eq!(diff.old_text, None, "a new file");
-    assert_eq!(diff.path, asked.project.path().join("out.txt"));
-    let kinds: Vec<PermissionOptionKind> = request.options.iter().map(|o| o.kind).collect();
-    assert_eq!(
-        kinds,
-        [
-            PermissionOptionKind::AllowOnce,
-            PermissionOptionKind::AllowAlways,
-            PermissionOptionKind::RejectOnce,
-            PermissionOptionKind::RejectAlways,
-        ]
-    );
-    let written = std::fs::read_to_string(asked.project.path().join("out.txt")).unwrap();
-    assert_eq!(written, "hello\n");
-}
-
-#[tokio::test]
-async fn a_rejected_write_is_not_run_and_the_model_is_told() {
-    let asked = prompts_answered_with("reject_once", 1).await;
-    assert_eq!(asked.stops, [StopReason::EndTurn]);
-    assert_eq!(asked.requests.len(), 1);
-    assert!(!asked.project.path().join("out.txt").exists());
-    let results = results(&asked.updates);
-    assert!(results.contains("denied"), "{results}");
-    let last_status = asked
-        .updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
-            _ => None,
-        })
-        .next_back();
-    assert_eq!(last_status, Some(ToolCallStatus::Failed), "it did not run");
-}
-
-#[tokio::test]
-async fn allow_always_is_not_asked_again_in_the_session() {
-    let asked = prompts_answered_with("allow_always", 2).await;
-    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
-    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
-    let project = asked.project.path();
-    assert_eq!(
-        std::fs::read_to_string(project.join("out.txt")).unwrap(),
-        "hello\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(project.join("out2.txt")).unwrap(),
-        "again\n"
-    );
-}
-
-#[tokio::test]
-async fn reject_always_rejects_later_calls_without_asking() {
-    let asked = prompts_answered_with("reject_always", 2).await;
-    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
-    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
-    assert!(!asked.project.path().join("out.txt").exists());
-    assert!(!asked.project.path().join("out2.txt").exists());
-    let results = results(&asked.updates);
-    assert_eq!(results.matches("denied").count(), 2, "{results}");
-}
-
-// ---------------------------------------------------------------------
-// A real HTTP model (the engine tests' mock OpenAI server), configuration
-// files, notifications and streamed command output.
-
-#[path = "../../toolwire-engine/tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
-
-use agent_client_protocol::UntypedMessage;
-use agent_client_protocol::v1::schema::{ClientCapabilities, FileSystemCapabilities};
 
 /// Counts the bytes the agent writes (everything the client receives).
 struct Counting<R> {
@@ -652,111 +281,721 @@ fn spawn_logging(
     (child, transport, bytes)
 }
 
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| (*s).to_owned()).collect()
+// ---------------------------------------------------------------------
+// The editor's side.
+
+/// How the editor answers `session/request_permission`.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Selects the option with this id.
+    Select(&'static str),
+    /// The user presses stop while the question is open: the client
+    /// cancels the session and answers the question `cancelled`, as ACP
+    /// asks.
+    Cancel,
+}
+
+/// What the editor was asked to do for the agent.
+#[derive(Default, Debug)]
+struct EditorLog {
+    reads: Vec<PathBuf>,
+    writes: Vec<(PathBuf, String)>,
+    terminals: Vec<(String, Vec<String>, Option<PathBuf>)>,
+    released: Vec<String>,
+}
+
+/// A client standing in for an editor: it keeps every session update and
+/// permission request, answers the requests with its [`Answer`], and does
+/// what the agent asks of an editor's files (whose buffer says "unsaved
+/// buffer") and terminals (`term-1`, whose command prints "built in the
+/// editor" and exits 0) — asked only of a client that advertises them.
+#[derive(Clone)]
+struct Editor {
+    updates: Arc<Mutex<Vec<SessionUpdate>>>,
+    asked: Arc<Mutex<Vec<RequestPermissionRequest>>>,
+    log: Arc<Mutex<EditorLog>>,
+    answer: Answer,
+    /// Told each time a tool call goes in progress.
+    running: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+}
+
+impl Editor {
+    fn answering(answer: Answer) -> Self {
+        Editor {
+            updates: Arc::default(),
+            asked: Arc::default(),
+            log: Arc::default(),
+            answer,
+            running: None,
+        }
+    }
+
+    /// An editor that allows once whatever it is asked.
+    fn new() -> Self {
+        Self::answering(Answer::Select("allow_once"))
+    }
+
+    /// This editor, and what tells when a tool call goes in progress.
+    fn telling_when_running(mut self) -> (Self, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.running = Some(tx);
+        (self, rx)
+    }
+
+    fn updates(&self) -> Vec<SessionUpdate> {
+        self.updates.lock().unwrap().clone()
+    }
+
+    fn asked(&self) -> Vec<RequestPermissionRequest> {
+        self.asked.lock().unwrap().clone()
+    }
+
+    /// Connects to the agent over `transport` and runs `main`, which must
+    /// end within 60 s.
+    async fn run<R>(
+        &self,
+        transport: Transport,
+        main: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<R, AcpError>,
+    ) -> R {
+        self.run_within(60, transport, main).await
+    }
+
+    /// [`Editor::run`], within `secs` seconds.
+    async fn run_within<R>(
+        &self,
+        secs: u64,
+        transport: Transport,
+        main: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<R, AcpError>,
+    ) -> R {
+        let (seen, running) = (self.updates.clone(), self.running.clone());
+        let (asked, answer) = (self.asked.clone(), self.answer);
+        let (l1, l2, l3, l4) = (
+            self.log.clone(),
+            self.log.clone(),
+            self.log.clone(),
+            self.log.clone(),
+        );
+        let run = Client
+            .v1()
+            .on_receive_notification(
+                async move |n: SessionNotification, _cx| {
+                    if let (Some(tx), SessionUpdate::ToolCallUpdate(up)) = (&running, &n.update)
+                        && up.fields.status == Some(ToolCallStatus::InProgress)
+                    {
+                        let _ = tx.send(());
+                    }
+                    seen.lock().unwrap().push(n.update);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .on_receive_request(
+                async move |request: RequestPermissionRequest, responder, cx| {
+                    asked.lock().unwrap().push(request.clone());
+                    match answer {
+                        Answer::Select(option) => responder.respond(
+                            RequestPermissionResponse::new(RequestPermissionOutcome::Selected(
+                                SelectedPermissionOutcome::new(option),
+                            )),
+                        ),
+                        Answer::Cancel => {
+                            cx.send_notification(CancelNotification::new(request.session_id))?;
+                            responder.respond(RequestPermissionResponse::new(
+                                RequestPermissionOutcome::Cancelled,
+                            ))
+                        }
+                    }
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: ReadTextFileRequest, responder, _cx| {
+                    l1.lock().unwrap().reads.push(request.path);
+                    responder.respond(ReadTextFileResponse::new("unsaved buffer\n"))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: WriteTextFileRequest, responder, _cx| {
+                    l2.lock()
+                        .unwrap()
+                        .writes
+                        .push((request.path, request.content));
+                    responder.respond(WriteTextFileResponse::new())
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: CreateTerminalRequest, responder, _cx| {
+                    l3.lock()
+                        .unwrap()
+                        .terminals
+                        .push((request.command, request.args, request.cwd));
+                    responder.respond(CreateTerminalResponse::new("term-1"))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |_request: WaitForTerminalExitRequest, responder, _cx| {
+                    responder.respond(WaitForTerminalExitResponse::new(
+                        TerminalExitStatus::new().exit_code(0),
+                    ))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |_request: TerminalOutputRequest, responder, _cx| {
+                    responder.respond(
+                        TerminalOutputResponse::new("built in the editor\n", false)
+                            .exit_status(TerminalExitStatus::new().exit_code(0)),
+                    )
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: ReleaseTerminalRequest, responder, _cx| {
+                    l4.lock()
+                        .unwrap()
+                        .released
+                        .push(request.terminal_id.0.to_string());
+                    responder.respond(ReleaseTerminalResponse::new())
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .connect_with(transport, main);
+        tokio::time::timeout(Duration::from_secs(secs), run)
+            .await
+            .expect("the agent answered in time")
+            .expect("the ACP exchange succeeded")
+    }
+}
+
+/// `initialize`, the client advertising `caps`.
+async fn initialize(
+    cx: &ConnectionTo<Agent>,
+    caps: ClientCapabilities,
+) -> Result<InitializeResponse, AcpError> {
+    cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+        .block_task()
+        .await
+}
+
+/// `session/new` in `cwd`.
+async fn new_session(cx: &ConnectionTo<Agent>, cwd: PathBuf) -> Result<SessionId, AcpError> {
+    Ok(cx
+        .send_request(NewSessionRequest::new(cwd))
+        .block_task()
+        .await?
+        .session_id)
+}
+
+/// `initialize` (the client advertising `caps`), then `session/new` in
+/// `cwd`.
+async fn open_session(
+    cx: &ConnectionTo<Agent>,
+    caps: ClientCapabilities,
+    cwd: PathBuf,
+) -> Result<SessionId, AcpError> {
+    initialize(cx, caps).await?;
+    new_session(cx, cwd).await
+}
+
+/// The `session/prompt` of `text`.
+fn prompt_request(session: &SessionId, text: &str) -> PromptRequest {
+    PromptRequest::new(
+        session.clone(),
+        vec![ContentBlock::Text(TextContent::new(text))],
+    )
+}
+
+/// Prompts `text`; how the prompt ended.
+async fn prompt(
+    cx: &ConnectionTo<Agent>,
+    session: &SessionId,
+    text: &str,
+) -> Result<StopReason, AcpError> {
+    Ok(cx
+        .send_request(prompt_request(session, text))
+        .block_task()
+        .await?
+        .stop_reason)
+}
+
+/// A client with `caps`: a session in `cwd` and one prompt of `text`;
+/// how it ended.
+async fn one_prompt(
+    editor: &Editor,
+    transport: Transport,
+    caps: ClientCapabilities,
+    cwd: PathBuf,
+    text: &'static str,
+) -> StopReason {
+    editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, caps, cwd).await?;
+            prompt(&cx, &session, text).await
+        })
+        .await
+}
+
+// ---------------------------------------------------------------------
+// Reading what the editor saw.
+
+/// The first `tool_call`.
+fn first_tool_call(updates: &[SessionUpdate]) -> Option<ToolCall> {
+    updates.iter().find_map(|u| match u {
+        SessionUpdate::ToolCall(call) => Some(call.clone()),
+        _ => None,
+    })
+}
+
+/// The text of one item of a tool call's content.
+fn content_text(content: ToolCallContent) -> String {
+    match content {
+        ToolCallContent::Content(c) => text_of(&c.content),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The first diff among `contents`.
+fn first_diff<'a>(mut contents: impl Iterator<Item = &'a ToolCallContent>) -> Option<Diff> {
+    contents.find_map(|c| match c {
+        ToolCallContent::Diff(d) => Some(d.clone()),
+        _ => None,
+    })
+}
+
+/// The text of the results of the session's tool calls.
+fn results(updates: &[SessionUpdate]) -> String {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.content.clone(),
+            _ => None,
+        })
+        .flatten()
+        .map(content_text)
+        .collect()
+}
+
+#[test]
+fn the_schema_check_names_the_method_and_the_error() {
+    let check = acp_schema::WireCheck::default();
+    check.client_line(
+        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}"#,
+    );
+    check.agent_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}"#);
+    check.agent_line(
+        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"in_progress"}}}"#,
+    );
+    assert_eq!(
+        check.problems(),
+        Vec::<String>::new(),
+        "valid messages pass"
+    );
+
+    check.client_line(
+        br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#,
+    );
+    check.agent_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionID":"s"}}"#);
+    check.agent_line(
+        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","status":"running"}}}"#,
+    );
+    check.client_line(br#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","id":2,"error":{"message":"no code"}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s"}}"#);
+    check.agent_line(br#"{"jsonrpc":"2.0","method":"session/nonsense","params":{}}"#);
+    let problems = check.problems();
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    for (i, says) in [
+        (0, "the response to session/new"),
+        (0, "NewSessionResponse"),
+        (1, "session/update"),
+        (1, "SessionNotification"),
+        (2, "the response to session/prompt"),
+        (2, "Error at"),
+        (3, "RequestPermissionRequest"),
+        (4, "no notification that the client handles"),
+    ] {
+        assert!(problems[i].contains(says), "{}", problems[i]);
+    }
 }
 
 #[tokio::test]
-async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought() {
+async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
+    let dirs = Dirs::new();
+    std::fs::write(dirs.project().join("hello.txt"), "hi\n").unwrap();
+    let (child, transport) = dirs.scripted("script.yaml", LIST_THEN_ANSWER);
+
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let (stop, session_id) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let init = initialize(&cx, ClientCapabilities::new()).await?;
+            assert_eq!(init.protocol_version, ProtocolVersion::V1);
+            assert!(init.agent_capabilities.load_session);
+            let meta = init.agent_capabilities.meta.clone().unwrap_or_default();
+            assert_eq!(meta["toolwire"]["notify"], "_toolwire/notify");
+            let session = new_session(&cx, cwd).await?;
+            let stop = prompt(&cx, &session, "what is here?").await?;
+            Ok((stop, session))
+        })
+        .await;
+    assert_eq!(stop, StopReason::EndTurn);
+
+    let updates = editor.updates();
+    let text: String = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::AgentMessageChunk(chunk) => Some(text_of(&chunk.content)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Looking around.There is one file.", "{updates:#?}");
+
+    let call = first_tool_call(&updates).expect("a tool_call");
+    // Announced with what is known (the name), then the title follows
+    // the arguments.
+    assert_eq!(call.title, "List .");
+    assert_eq!(call.kind, ToolKind::Other);
+    assert_eq!(call.status, ToolCallStatus::Pending);
+    assert_eq!(
+        call.locations.first().map(|l| l.path.clone()),
+        Some(dirs.cwd())
+    );
+
+    let statuses: Vec<ToolCallStatus> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) if up.tool_call_id == call.tool_call_id => {
+                up.fields.status
+            }
+            _ => None,
+        })
+        .collect();
+    // Every status change reaches the client, even for a call quicker
+    // than the coalescing window.
+    assert_eq!(
+        statuses,
+        [ToolCallStatus::InProgress, ToolCallStatus::Completed],
+        "{updates:#?}"
+    );
+    let result: String = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up)
+                if up.fields.status == Some(ToolCallStatus::Completed) =>
+            {
+                up.fields.content.clone()
+            }
+            _ => None,
+        })
+        .flatten()
+        .map(content_text)
+        .collect();
+    assert!(result.contains("hello.txt"), "{result}");
+    drop(child);
+
+    // An editor restarted: a new agent process loads the session from the
+    // database and replays it before answering.
+    let replayed = load_session(&dirs, "script.yaml", LIST_THEN_ANSWER, session_id).await;
+    assert!(
+        matches!(&replayed[0], SessionUpdate::UserMessageChunk(c) if text_of(&c.content) == "what is here?"),
+        "{replayed:#?}"
+    );
+    let call = first_tool_call(&replayed).expect("the tool call replayed");
+    assert_eq!(call.title, "List .");
+    assert_eq!(call.status, ToolCallStatus::Completed);
+    assert!(format!("{:?}", call.content).contains("hello.txt"));
+    let last = replayed.last().unwrap();
+    assert!(
+        matches!(last, SessionUpdate::AgentMessageChunk(c) if text_of(&c.content) == "There is one file."),
+        "{replayed:#?}"
+    );
+}
+
+/// A new agent process (`script` as `name` in `dirs`' home, its database)
+/// loads `session`; what it replayed.
+async fn load_session(
+    dirs: &Dirs,
+    name: &str,
+    script: &str,
+    session: SessionId,
+) -> Vec<SessionUpdate> {
+    let (child, transport) = dirs.scripted(name, script);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            cx.send_request(LoadSessionRequest::new(session, cwd))
+                .block_task()
+                .await?;
+            Ok(())
+        })
+        .await;
+    drop(child);
+    editor.updates()
+}
+
+#[tokio::test]
+async fn session_cancel_ends_the_prompt_with_cancelled() {
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted(
+        "script.yaml",
+        "steps:\n  - text: \"a long answer that streams one byte at a time\"\n    chunk_size: 1\n    delay_ms: 100\n",
+    );
+    let cwd = dirs.home().to_path_buf();
+    let stop = Editor::new()
+        .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let prompt = cx.send_request(prompt_request(&session, "talk"));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            cx.send_notification(CancelNotification::new(session))?;
+            Ok(prompt.block_task().await?.stop_reason)
+        })
+        .await;
+    assert_eq!(stop, StopReason::Cancelled);
+    drop(child);
+}
+
+#[tokio::test]
+async fn an_update_plan_call_shows_as_the_plan_and_is_replayed() {
+    let dirs = Dirs::new();
+    let steps = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "update_plan", "arguments": {
+            "explanation": "Starting.",
+            "plan": [
+                {"step": "Read the code", "status": "completed"},
+                {"step": "Fix the bug", "status": "in_progress"},
+                {"step": "Run the tests", "status": "pending"}
+            ]
+        }}]},
+        {"text": "On it."}
+    ]})
+    .to_string();
+    let (child, transport) = dirs.scripted("script.json", &steps);
+    let editor = Editor::answering(Answer::Select("reject_once"));
+    let cwd = dirs.cwd();
+    let (stop, session) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            Ok((prompt(&cx, &session, "fix it").await?, session))
+        })
+        .await;
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+    assert!(editor.asked().is_empty(), "update_plan does not ask");
+    let updates = editor.updates();
+    let expected: Vec<(String, PlanEntryStatus)> = [
+        ("Read the code", PlanEntryStatus::Completed),
+        ("Fix the bug", PlanEntryStatus::InProgress),
+        ("Run the tests", PlanEntryStatus::Pending),
+    ]
+    .into_iter()
+    .map(|(step, status)| (step.to_owned(), status))
+    .collect();
+    assert_eq!(
+        plans(&updates),
+        std::slice::from_ref(&expected),
+        "{updates:#?}"
+    );
+    assert!(
+        first_tool_call(&updates).is_none(),
+        "the plan, not a tool call: {updates:#?}"
+    );
+    let plan_at = updates
+        .iter()
+        .position(|u| matches!(u, SessionUpdate::Plan(_)))
+        .unwrap();
+    let text_at = updates
+        .iter()
+        .position(|u| matches!(u, SessionUpdate::AgentMessageChunk(_)))
+        .unwrap();
+    assert!(
+        plan_at < text_at,
+        "the plan before the answer: {updates:#?}"
+    );
+
+    let replayed = load_session(&dirs, "script.json", &steps, session).await;
+    assert_eq!(
+        plans(&replayed),
+        std::slice::from_ref(&expected),
+        "{replayed:#?}"
+    );
+    assert!(first_tool_call(&replayed).is_none(), "{replayed:#?}");
+}
+
+/// The `plan` updates: their entries' content and status (each of medium
+/// priority).
+fn plans(updates: &[SessionUpdate]) -> Vec<Vec<(String, PlanEntryStatus)>> {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::Plan(plan) => Some(
+                plan.entries
+                    .iter()
+                    .map(|e| {
+                        assert_eq!(e.priority, PlanEntryPriority::Medium);
+                        (e.content.clone(), e.status.clone())
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two prompts, each of which has the model write a file, then answer.
+const WRITE_TWICE: &str = r#"
+turns:
+  - steps:
+      - text: "Writing."
+        tool_calls: [{name: write_file, arguments: {path: "out.txt", content: "hello\n"}}]
+      - text: "Done."
+  - steps:
+      - text: "Writing again."
+        tool_calls: [{name: write_file, arguments: {path: "out2.txt", content: "again\n"}}]
+      - text: "Done again."
+"#;
+
+/// What a client that answers every permission request with `answer` saw
+/// over `prompts` prompts of one session.
+struct Asked {
+    requests: Vec<RequestPermissionRequest>,
+    stops: Vec<StopReason>,
+    updates: Vec<SessionUpdate>,
+    project: tempfile::TempDir,
+}
+
+async fn prompts_answered_with(answer: &'static str, prompts: usize) -> Asked {
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+    let editor = Editor::answering(Answer::Select(answer));
+    let cwd = dirs.cwd();
+    let stops = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let mut stops = Vec::new();
+            for _ in 0..prompts {
+                stops.push(prompt(&cx, &session, "write it").await?);
+            }
+            Ok(stops)
+        })
+        .await;
+    drop(child);
+    Asked {
+        requests: editor.asked(),
+        stops,
+        updates: editor.updates(),
+        project: dirs.project,
+    }
+}
+
+#[tokio::test]
+async fn a_write_asks_for_permission_and_runs_when_allowed_once() {
+    let asked = prompts_answered_with("allow_once", 1).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    let request = &asked.requests[0];
+    assert_eq!(
+        request.tool_call.fields.title.as_deref(),
+        Some("Edit out.txt")
+    );
+    let location = &request.tool_call.fields.locations.as_ref().unwrap()[0];
+    assert_eq!(location.path, asked.project.path().join("out.txt"));
+    assert_eq!(request.tool_call.fields.kind, Some(ToolKind::Edit));
+    assert_eq!(
+        request.tool_call.fields.raw_input,
+        Some(serde_json::json!({"path": "out.txt", "content": "hello\n"}))
+    );
+    let diff = first_diff(request.tool_call.fields.content.iter().flatten()).expect("a diff");
+    assert_eq!(diff.new_text, "hello\n");
+    assert_eq!(diff.old_text, None, "a new file");
+    assert_eq!(diff.path, asked.project.path().join("out.txt"));
+    let kinds: Vec<PermissionOptionKind> = request.options.iter().map(|o| o.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ]
+    );
+    let written = std::fs::read_to_string(asked.project.path().join("out.txt")).unwrap();
+    assert_eq!(written, "hello\n");
+}
+
+#[tokio::test]
+async fn a_rejected_write_is_not_run_and_the_model_is_told() {
+    let asked = prompts_answered_with("reject_once", 1).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1);
+    assert!(!asked.project.path().join("out.txt").exists());
+    let results = results(&asked.updates);
+    assert!(results.contains("denied"), "{results}");
+    let last_status = asked
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
+            _ => None,
+        })
+        .next_back();
+    assert_eq!(last_status, Some(ToolCallStatus::Failed), "it did not run");
+}
+
+#[tokio::test]
+async fn allow_always_is_not_asked_again_in_the_session() {
+    let asked = prompts_answered_with("allow_always", 2).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    let project = asked.project.path();
+    assert_eq!(
+        std::fs::read_to_string(project.join("out.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("out2.txt")).unwrap(),
+        "again\n"
+    );
+}
+
+#[tokio::test]
+async fn reject_always_rejects_later_calls_without_asking() {
+    let asked = prompts_answered_with("reject_always", 2).await;
+    assert_eq!(asked.stops, [StopReason::EndTurn, StopReason::EndTurn]);
+    assert_eq!(asked.requests.len(), 1, "{:#?}", asked.requests);
+    assert!(!asked.project.path().join("out.txt").exists());
+    assert!(!asked.project.path().join("out2.txt").exists());
+    let results = results(&asked.updates);
+    assert_eq!(results.matches("denied").count(), 2, "{results}");
+}
+
+// ---------------------------------------------------------------------
+// A real HTTP model (the engine tests' mock OpenAI server), configuration
+// files, notifications and streamed command output.
+
+/// A model that says `text` and runs `command`, then says "Done.".
+async fn model_running(text: &str, command: &str) -> support::MockServer {
     use support::{Call, MockServer, Reply, openai_sse};
-    let server = MockServer::start(vec![
+    MockServer::start(vec![
         Reply::sse(openai_sse(
-            "Deploying.",
+            text,
             &[Call {
                 id: "call_slow",
                 name: "run_command",
-                arguments: serde_json::json!({"command": "sleep 1; echo deployed"}),
+                arguments: serde_json::json!({ "command": command }),
             }],
         )),
         Reply::sse(openai_sse("Done.", &[])),
     ])
-    .await;
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    // Beside the config file, out of the session's directory.
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("toolwire.toml");
-    // run_command is allowed by configuration: nobody is asked.
-    std::fs::write(&config, "[acp.permissions]\nrun_command = \"allow\"\n").unwrap();
-    let db = format!("sqlite://{}", data.path().join("t.db").display());
-    let (child, transport, _) = spawn_with(
-        home.path(),
-        &strings(&[
-            "--provider",
-            "openai",
-            "--model",
-            "gpt-test",
-            "--base-url",
-            &server.url,
-            "--db",
-            &db,
-            "--config",
-            config.to_str().unwrap(),
-        ]),
-    );
+    .await
+}
 
-    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let asked: Arc<Mutex<u32>> = Arc::default();
-    let (running_tx, mut running_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let (seen, asked_count) = (updates.clone(), asked.clone());
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                if let SessionUpdate::ToolCallUpdate(up) = &n.update
-                    && up.fields.status == Some(ToolCallStatus::InProgress)
-                {
-                    let _ = running_tx.send(());
-                }
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .on_receive_request(
-            async move |_request: RequestPermissionRequest, responder, _cx| {
-                *asked_count.lock().unwrap() += 1;
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
-                        "allow_once",
-                    )),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let prompt = cx.send_request(PromptRequest::new(
-                session.session_id.clone(),
-                vec![ContentBlock::Text(TextContent::new("deploy"))],
-            ));
-            running_rx.recv().await;
-            cx.send_notification(UntypedMessage::new(
-                "_toolwire/notify",
-                serde_json::json!({
-                    "sessionId": session.session_id.0,
-                    "source": "ci",
-                    "text": "deploy finished <ok>",
-                    "priority": "high"
-                }),
-            )?)?;
-            Ok(prompt.block_task().await?.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
-    assert_eq!(stop, StopReason::EndTurn);
-    assert_eq!(*asked.lock().unwrap(), 0, "allowed by the config file");
-
-    // The model's next request carries the block after the tool's output.
+/// The tool result the model was sent in its second (and last) request.
+fn tool_result_sent(server: &support::MockServer) -> String {
     let received = server.received();
     assert_eq!(received.len(), 2);
     let tool = received[1].body["messages"]
@@ -766,7 +1005,53 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
         .find(|m| m["role"] == "tool")
         .cloned()
         .unwrap();
-    let content = tool["content"].as_str().unwrap();
+    tool["content"].as_str().unwrap().to_owned()
+}
+
+/// A config file allowing run_command in `dir`.
+fn allow_run_command(dir: &Path) -> PathBuf {
+    write_file(
+        dir,
+        "toolwire.toml",
+        "[acp.permissions]\nrun_command = \"allow\"\n",
+    )
+}
+
+#[tokio::test]
+async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought() {
+    let server = model_running("Deploying.", "sleep 1; echo deployed").await;
+    let dirs = Dirs::new();
+    // Beside the config file, out of the session's directory.
+    let data = tempfile::tempdir().unwrap();
+    // run_command is allowed by configuration: nobody is asked.
+    let config = allow_run_command(data.path());
+    let db = sqlite_in(data.path());
+    let (child, transport, _) = spawn_with(dirs.home(), &openai_args(&server.url, &db, &config));
+
+    let (editor, mut running) = Editor::new().telling_when_running();
+    let cwd = dirs.cwd();
+    let stop = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let prompt = cx.send_request(prompt_request(&session, "deploy"));
+            running.recv().await;
+            cx.send_notification(UntypedMessage::new(
+                "_toolwire/notify",
+                serde_json::json!({
+                    "sessionId": session.0,
+                    "source": "ci",
+                    "text": "deploy finished <ok>",
+                    "priority": "high"
+                }),
+            )?)?;
+            Ok(prompt.block_task().await?.stop_reason)
+        })
+        .await;
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(editor.asked().len(), 0, "allowed by the config file");
+
+    // The model's next request carries the block after the tool's output.
+    let content = tool_result_sent(&server);
     assert!(content.contains("deployed"), "{content}");
     assert!(
         content.contains(
@@ -776,7 +1061,7 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
     );
 
     // The editor saw it as a thought, after the call's result.
-    let updates = updates.lock().unwrap().clone();
+    let updates = editor.updates();
     let thought = updates
         .iter()
         .position(|u| matches!(u, SessionUpdate::AgentThoughtChunk(c) if text_of(&c.content).contains("[ci] deploy finished <ok>")))
@@ -788,13 +1073,7 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
     assert!(completed < thought, "{updates:#?}");
 
     // The call's title and kind say what it does.
-    let call = updates
-        .iter()
-        .find_map(|u| match u {
-            SessionUpdate::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let call = first_tool_call(&updates).unwrap();
     assert_eq!(call.kind, ToolKind::Execute);
     let titles: Vec<String> = updates
         .iter()
@@ -812,98 +1091,37 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
 
 #[tokio::test]
 async fn a_change_in_the_sessions_cwd_reaches_its_model_and_nothing_else_does() {
-    use support::{Call, MockServer, Reply, openai_sse};
-    let server = MockServer::start(vec![
-        Reply::sse(openai_sse(
-            "Building.",
-            &[Call {
-                id: "call_slow",
-                name: "run_command",
-                arguments: serde_json::json!({"command": "sleep 2; echo built"}),
-            }],
-        )),
-        Reply::sse(openai_sse("Done.", &[])),
-    ])
-    .await;
+    let server = model_running("Building.", "sleep 2; echo built").await;
     // The process's directory, where the database lives too; the session's
     // cwd is elsewhere.
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let config = home.path().join("toolwire.toml");
-    std::fs::write(&config, "[acp.permissions]\nrun_command = \"allow\"\n").unwrap();
+    let dirs = Dirs::new();
+    let config = allow_run_command(dirs.home());
     // The database in the session's cwd: its own writes are not changes.
-    let db = format!("sqlite://{}", project.path().join("t.db").display());
-    let (child, transport, _) = spawn_with(
-        home.path(),
-        &strings(&[
-            "--provider",
-            "openai",
-            "--model",
-            "gpt-test",
-            "--base-url",
-            &server.url,
-            "--db",
-            &db,
-            "--config",
-            config.to_str().unwrap(),
-        ]),
-    );
-    let (running_tx, mut running_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let cwd = project.path().to_path_buf();
+    let db = sqlite_in(dirs.project());
+    let (child, transport, _) = spawn_with(dirs.home(), &openai_args(&server.url, &db, &config));
+    let (editor, mut running) = Editor::new().telling_when_running();
+    let cwd = dirs.cwd();
     let (inside, outside) = (
-        project.path().join("changed.txt"),
-        home.path().join("outside.txt"),
+        dirs.project().join("changed.txt"),
+        dirs.home().join("outside.txt"),
     );
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                if let SessionUpdate::ToolCallUpdate(up) = &n.update
-                    && up.fields.status == Some(ToolCallStatus::InProgress)
-                {
-                    let _ = running_tx.send(());
-                }
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let prompt = cx.send_request(PromptRequest::new(
-                session.session_id.clone(),
-                vec![ContentBlock::Text(TextContent::new("build"))],
-            ));
+    let stop = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let prompt = cx.send_request(prompt_request(&session, "build"));
             // While the command sleeps: a change in the session's cwd, and
             // one in the process's directory.
-            running_rx.recv().await;
+            running.recv().await;
             std::fs::write(&inside, "new\n").unwrap();
             std::fs::write(&outside, "not the session's\n").unwrap();
             Ok(prompt.block_task().await?.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
+        })
+        .await;
     assert_eq!(stop, StopReason::EndTurn);
 
     // The model's next request carries the session's change after the
     // tool's output, and nothing else.
-    let received = server.received();
-    assert_eq!(received.len(), 2);
-    let tool = received[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .cloned()
-        .unwrap();
-    let content = tool["content"].as_str().unwrap();
+    let content = tool_result_sent(&server);
     assert!(content.contains("built"), "{content}");
     assert!(content.contains("<notifications"), "{content}");
     assert!(content.contains("changed.txt"), "{content}");
@@ -935,80 +1153,49 @@ async fn stream_command(caps: ClientCapabilities) -> Streamed {
 /// Runs `command` in a session whose client advertises `caps`, with
 /// `config` added to the config file.
 async fn stream(caps: ClientCapabilities, command: &str, config_extra: &str) -> Streamed {
-    let home = tempfile::tempdir().unwrap();
+    let dirs = Dirs::new();
     let data = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let script = data.path().join("script.json");
-    let steps = serde_json::json!({"steps": [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": command}}]},
-        {"text": "Printed."}
-    ]});
-    std::fs::write(&script, steps.to_string()).unwrap();
-    let config = data.path().join("toolwire.toml");
-    std::fs::write(
-        &config,
-        format!("[acp]\n{config_extra}\n[acp.permissions]\nrun_command = \"allow\"\n"),
-    )
-    .unwrap();
-    let db = format!("sqlite://{}", data.path().join("t.db").display());
+    let script = json_script(
+        data.path(),
+        serde_json::json!([
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": command}}]},
+            {"text": "Printed."}
+        ]),
+    );
+    let config = write_file(
+        data.path(),
+        "toolwire.toml",
+        &format!("[acp]\n{config_extra}\n[acp.permissions]\nrun_command = \"allow\"\n"),
+    );
+    let db = sqlite_in(data.path());
     let log = data.path().join("agent.log");
     let (mut child, transport, bytes) = spawn_logging(
-        home.path(),
-        &strings(&[
-            "--provider",
-            "scripted",
-            "--script",
-            script.to_str().unwrap(),
-            "--db",
-            &db,
-            "--config",
-            config.to_str().unwrap(),
-        ]),
+        dirs.home(),
+        &scripted_config_args(&script, &db, &config),
         Some(&log),
     );
-    let updates: Arc<Mutex<Vec<agent_client_protocol::v1::schema::ToolCallUpdate>>> =
-        Arc::default();
-    let seen = updates.clone();
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                if let SessionUpdate::ToolCallUpdate(up) = n.update {
-                    seen.lock().unwrap().push(up);
-                }
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let answer = cx
-                .send_request(PromptRequest::new(
-                    session.session_id,
-                    vec![ContentBlock::Text(TextContent::new("print"))],
-                ))
-                .block_task()
-                .await?;
-            Ok(answer.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let stop = editor
+        .run_within(120, transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, caps, cwd).await?;
+            prompt(&cx, &session, "print").await
+        })
+        .await;
     assert_eq!(stop, StopReason::EndTurn);
     // The connection is closed: the agent logs its metrics and exits.
     tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .expect("the agent exits when its stdin closes")
         .unwrap();
-    let updates = updates.lock().unwrap().clone();
+    let updates = editor
+        .updates()
+        .into_iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => Some(up),
+            _ => None,
+        })
+        .collect();
     Streamed {
         updates,
         bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
@@ -1017,15 +1204,23 @@ async fn stream(caps: ClientCapabilities, command: &str, config_extra: &str) -> 
     }
 }
 
+/// Client capabilities that ask for appended output in
+/// `_meta.terminal_output` (when `appended`).
+fn terminal_output_caps(appended: bool) -> ClientCapabilities {
+    let mut meta = serde_json::Map::new();
+    if appended {
+        meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
+    }
+    ClientCapabilities::new().meta(meta)
+}
+
 fn expected_output() -> String {
     (0..LINES).map(|i| format!("{i:079}\n")).collect()
 }
 
 #[tokio::test]
 async fn command_output_is_appended_for_clients_that_show_terminal_output() {
-    let mut meta = serde_json::Map::new();
-    meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
-    let streamed = stream_command(ClientCapabilities::new().meta(meta)).await;
+    let streamed = stream_command(terminal_output_caps(true)).await;
     let output: String = streamed
         .updates
         .iter()
@@ -1131,162 +1326,38 @@ async fn command_output_is_a_bounded_tail_for_other_clients() {
     );
 }
 
-/// What the editor was asked to do for the agent.
-#[derive(Default, Debug)]
-struct EditorLog {
-    reads: Vec<std::path::PathBuf>,
-    writes: Vec<(std::path::PathBuf, String)>,
-    terminals: Vec<(String, Vec<String>, Option<std::path::PathBuf>)>,
-    released: Vec<String>,
-}
-
 #[tokio::test]
 async fn files_and_commands_go_through_an_editor_that_offers_them() {
-    use agent_client_protocol::v1::schema::{
-        CreateTerminalRequest, CreateTerminalResponse, ReadTextFileRequest, ReadTextFileResponse,
-        ReleaseTerminalRequest, ReleaseTerminalResponse, TerminalExitStatus, TerminalOutputRequest,
-        TerminalOutputResponse, WaitForTerminalExitRequest, WaitForTerminalExitResponse,
-        WriteTextFileRequest, WriteTextFileResponse,
-    };
-    let home = tempfile::tempdir().unwrap();
+    let dirs = Dirs::new();
     let data = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    std::fs::write(project.path().join("notes.txt"), "on disk\n").unwrap();
-    let script = data.path().join("script.json");
-    let steps = serde_json::json!({"steps": [
-        {"tool_calls": [
-            {"name": "read_file", "arguments": {"path": "notes.txt"}},
-            {"name": "write_file", "arguments": {"path": "notes.txt", "content": "rewritten\n"}},
-            {"name": "apply_diff", "arguments": {"path": "notes.txt", "diff": "@@ -1 +1 @@\n-unsaved buffer\n+patched\n"}},
-            {"name": "run_command", "arguments": {"command": "make"}}
-        ]},
-        {"text": "Done."}
-    ]});
-    std::fs::write(&script, steps.to_string()).unwrap();
-    let db = format!("sqlite://{}", data.path().join("t.db").display());
-    let (child, transport, _) = spawn_with(
-        home.path(),
-        &strings(&[
-            "--provider",
-            "scripted",
-            "--script",
-            script.to_str().unwrap(),
-            "--db",
-            &db,
+    std::fs::write(dirs.project().join("notes.txt"), "on disk\n").unwrap();
+    let script = json_script(
+        data.path(),
+        serde_json::json!([
+            {"tool_calls": [
+                {"name": "read_file", "arguments": {"path": "notes.txt"}},
+                {"name": "write_file", "arguments": {"path": "notes.txt", "content": "rewritten\n"}},
+                {"name": "apply_diff", "arguments": {"path": "notes.txt", "diff": "@@ -1 +1 @@\n-unsaved buffer\n+patched\n"}},
+                {"name": "run_command", "arguments": {"command": "make"}}
+            ]},
+            {"text": "Done."}
         ]),
     );
+    let db = sqlite_in(data.path());
+    let (child, transport, _) = spawn_with(dirs.home(), &scripted_args(&script, &db));
 
-    let log: Arc<Mutex<EditorLog>> = Arc::default();
-    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let asked: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
-    let (l1, l2, l3, l4) = (log.clone(), log.clone(), log.clone(), log.clone());
-    let (seen, asked_log) = (updates.clone(), asked.clone());
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .on_receive_request(
-            async move |request: RequestPermissionRequest, responder, _cx| {
-                asked_log.lock().unwrap().push(request);
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
-                        "allow_once",
-                    )),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: ReadTextFileRequest, responder, _cx| {
-                l1.lock().unwrap().reads.push(request.path);
-                responder.respond(ReadTextFileResponse::new("unsaved buffer\n"))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: WriteTextFileRequest, responder, _cx| {
-                l2.lock()
-                    .unwrap()
-                    .writes
-                    .push((request.path, request.content));
-                responder.respond(WriteTextFileResponse::new())
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: CreateTerminalRequest, responder, _cx| {
-                l3.lock()
-                    .unwrap()
-                    .terminals
-                    .push((request.command, request.args, request.cwd));
-                responder.respond(CreateTerminalResponse::new("term-1"))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |_request: WaitForTerminalExitRequest, responder, _cx| {
-                responder.respond(WaitForTerminalExitResponse::new(
-                    TerminalExitStatus::new().exit_code(0),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |_request: TerminalOutputRequest, responder, _cx| {
-                responder.respond(
-                    TerminalOutputResponse::new("built in the editor\n", false)
-                        .exit_status(TerminalExitStatus::new().exit_code(0)),
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |request: ReleaseTerminalRequest, responder, _cx| {
-                l4.lock()
-                    .unwrap()
-                    .released
-                    .push(request.terminal_id.0.to_string());
-                responder.respond(ReleaseTerminalResponse::new())
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            let caps = ClientCapabilities::new()
-                .fs(FileSystemCapabilities::new()
-                    .read_text_file(true)
-                    .write_text_file(true))
-                .terminal(true);
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let answer = cx
-                .send_request(PromptRequest::new(
-                    session.session_id,
-                    vec![ContentBlock::Text(TextContent::new("go"))],
-                ))
-                .block_task()
-                .await?;
-            Ok(answer.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
+    let editor = Editor::new();
+    let caps = ClientCapabilities::new()
+        .fs(FileSystemCapabilities::new()
+            .read_text_file(true)
+            .write_text_file(true))
+        .terminal(true);
+    let stop = one_prompt(&editor, transport, caps, dirs.cwd(), "go").await;
     assert_eq!(stop, StopReason::EndTurn);
     drop(child);
 
-    let notes = project.path().join("notes.txt");
-    let log = log.lock().unwrap();
+    let notes = dirs.project().join("notes.txt");
+    let log = editor.log.lock().unwrap();
     assert!(log.reads.contains(&notes), "{log:?}");
     // The diff applied to the editor's buffer, not to the file on disk.
     assert_eq!(log.writes.len(), 2, "{log:?}");
@@ -1308,24 +1379,22 @@ async fn files_and_commands_go_through_an_editor_that_offers_them() {
         [(
             "sh".to_owned(),
             vec!["-c".to_owned(), "make".to_owned()],
-            Some(project.path().to_path_buf())
+            Some(dirs.cwd())
         )]
     );
     assert_eq!(log.released, ["term-1"]);
 
     // The write was asked about with the editor's text as the old one.
-    let asked = asked.lock().unwrap();
-    let diff = asked
-        .iter()
-        .flat_map(|r| r.tool_call.fields.content.iter().flatten())
-        .find_map(|c| match c {
-            ToolCallContent::Diff(d) => Some(d.clone()),
-            _ => None,
-        })
-        .expect("a diff");
+    let asked = editor.asked();
+    let diff = first_diff(
+        asked
+            .iter()
+            .flat_map(|r| r.tool_call.fields.content.iter().flatten()),
+    )
+    .expect("a diff");
     assert_eq!(diff.old_text.as_deref(), Some("unsaved buffer\n"));
 
-    let updates = updates.lock().unwrap().clone();
+    let updates = editor.updates();
     let results = results(&updates);
     assert!(results.contains("unsaved buffer"), "{results}");
     let terminal = updates.iter().any(|u| match u {
@@ -1342,179 +1411,84 @@ async fn files_and_commands_go_through_an_editor_that_offers_them() {
 
 #[tokio::test]
 async fn a_cancel_while_the_editor_asks_ends_the_prompt_and_runs_nothing() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(&script, WRITE_TWICE).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_request(
-            // The user presses stop while the question is open: the client
-            // cancels the session and answers the question `cancelled`, as
-            // ACP asks.
-            async move |request: RequestPermissionRequest, responder, cx| {
-                cx.send_notification(CancelNotification::new(request.session_id))?;
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Cancelled,
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let first = cx
-                .send_request(PromptRequest::new(
-                    session.session_id.clone(),
-                    vec![ContentBlock::Text(TextContent::new("write it"))],
-                ))
-                .block_task()
-                .await?
-                .stop_reason;
-            Ok(first)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the cancelled prompt was answered in time")
-        .expect("the ACP exchange succeeded");
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+    let editor = Editor::answering(Answer::Cancel);
+    let stop = one_prompt(
+        &editor,
+        transport,
+        ClientCapabilities::new(),
+        dirs.cwd(),
+        "write it",
+    )
+    .await;
     assert_eq!(stop, StopReason::Cancelled);
-    assert!(!project.path().join("out.txt").exists());
+    assert!(!dirs.project().join("out.txt").exists());
     drop(child);
 }
 
 #[tokio::test]
 async fn a_loaded_session_keeps_its_always_answers() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(&script, WRITE_TWICE).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let asked: Arc<Mutex<u32>> = Arc::default();
+    let dirs = Dirs::new();
+    let editor = Editor::answering(Answer::Select("allow_always"));
 
     // Run one prompt in a new (`None`) or loaded session; returns its id.
-    let prompt_once = |load: Option<agent_client_protocol::v1::schema::SessionId>| {
-        let (child, transport) = spawn_agent(home.path(), &script, &db);
-        let count = asked.clone();
-        let cwd = project.path().to_path_buf();
-        let run = Client
-            .v1()
-            .on_receive_request(
-                async move |_request: RequestPermissionRequest, responder, _cx| {
-                    *count.lock().unwrap() += 1;
-                    responder.respond(RequestPermissionResponse::new(
-                        RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
-                            "allow_always",
-                        )),
-                    ))
-                },
-                agent_client_protocol::on_receive_request!(),
-            )
-            .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-                cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                    .block_task()
-                    .await?;
-                let id = match load {
-                    Some(id) => {
-                        cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
-                            .block_task()
-                            .await?;
-                        id
-                    }
-                    None => {
-                        cx.send_request(NewSessionRequest::new(cwd))
-                            .block_task()
-                            .await?
-                            .session_id
-                    }
-                };
-                let stop = cx
-                    .send_request(PromptRequest::new(
-                        id.clone(),
-                        vec![ContentBlock::Text(TextContent::new("write it"))],
-                    ))
-                    .block_task()
-                    .await?
-                    .stop_reason;
-                assert_eq!(stop, StopReason::EndTurn);
-                Ok(id)
-            });
+    let prompt_once = |load: Option<SessionId>| {
+        let (child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+        let cwd = dirs.cwd();
+        let editor = editor.clone();
         async move {
-            let id = tokio::time::timeout(Duration::from_secs(60), run)
-                .await
-                .expect("the agent answered in time")
-                .expect("the ACP exchange succeeded");
+            let id = editor
+                .run(transport, async move |cx: ConnectionTo<Agent>| {
+                    initialize(&cx, ClientCapabilities::new()).await?;
+                    let id = match load {
+                        Some(id) => {
+                            cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
+                                .block_task()
+                                .await?;
+                            id
+                        }
+                        None => new_session(&cx, cwd).await?,
+                    };
+                    let stop = prompt(&cx, &id, "write it").await?;
+                    assert_eq!(stop, StopReason::EndTurn);
+                    Ok(id)
+                })
+                .await;
             drop(child);
             id
         }
     };
     let id = prompt_once(None).await;
-    assert_eq!(*asked.lock().unwrap(), 1);
+    assert_eq!(editor.asked().len(), 1);
     // Another agent process (an editor restart): the stored answer holds.
     prompt_once(Some(id)).await;
-    assert_eq!(*asked.lock().unwrap(), 1, "not asked again after the load");
+    assert_eq!(editor.asked().len(), 1, "not asked again after the load");
     // The script's second turn (the conversation's second prompt).
-    assert!(project.path().join("out2.txt").exists());
+    assert!(dirs.project().join("out2.txt").exists());
 }
 
 #[tokio::test]
 async fn a_client_can_ask_for_complete_tool_call_objects() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    std::fs::write(project.path().join("hello.txt"), "hi\n").unwrap();
-    let script = home.path().join("script.yaml");
-    std::fs::write(&script, LIST_THEN_ANSWER).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-    let updates: Arc<Mutex<Vec<SessionUpdate>>> = Arc::default();
-    let seen = updates.clone();
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                seen.lock().unwrap().push(n.update);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            let mut meta = serde_json::Map::new();
-            meta.insert(
-                "toolwire".into(),
-                serde_json::json!({"complete_tool_calls": true}),
-            );
-            cx.send_request(
-                InitializeRequest::new(ProtocolVersion::V1)
-                    .client_capabilities(ClientCapabilities::new().meta(meta)),
-            )
-            .block_task()
-            .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            cx.send_request(PromptRequest::new(
-                session.session_id,
-                vec![ContentBlock::Text(TextContent::new("what is here?"))],
-            ))
-            .block_task()
-            .await?;
-            Ok(())
-        });
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
+    let dirs = Dirs::new();
+    std::fs::write(dirs.project().join("hello.txt"), "hi\n").unwrap();
+    let (child, transport) = dirs.scripted("script.yaml", LIST_THEN_ANSWER);
+    let editor = Editor::new();
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "toolwire".into(),
+        serde_json::json!({"complete_tool_calls": true}),
+    );
+    one_prompt(
+        &editor,
+        transport,
+        ClientCapabilities::new().meta(meta),
+        dirs.cwd(),
+        "what is here?",
+    )
+    .await;
     drop(child);
-    let updates = updates.lock().unwrap().clone();
+    let updates = editor.updates();
     let calls: Vec<_> = updates
         .iter()
         .filter_map(|u| match u {
@@ -1544,9 +1518,7 @@ async fn slow_35000_lines_stay_bounded_in_both_modes() {
     // 50 lines every 50 ms: output that never pauses long enough for the
     // rate limit to rest (the benchmark's worst case).
     let command = "for i in $(seq 700); do awk 'BEGIN { for (i = 0; i < 50; i++) printf \"%079d\\n\", i }'; sleep 0.05; done";
-    let mut meta = serde_json::Map::new();
-    meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
-    let appended = stream(ClientCapabilities::new().meta(meta), command, "").await;
+    let appended = stream(terminal_output_caps(true), command, "").await;
     let replaced = stream(ClientCapabilities::new(), command, "").await;
     eprintln!(
         "35 s, 2,800,000 bytes of output: appended {} bytes ({} updates), replaced {} bytes ({} updates)",
@@ -1561,78 +1533,41 @@ async fn slow_35000_lines_stay_bounded_in_both_modes() {
 
 #[tokio::test]
 async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    std::fs::write(project.path().join("a.txt"), "one\ntwo\n").unwrap();
-    let script = home.path().join("script.json");
-    let steps = serde_json::json!({"steps": [
-        {"tool_calls": [{"name": "apply_diff", "arguments": {
-            "path": "a.txt",
-            "diff": "@@ -1,2 +1,2 @@\n one\n-two\n+three\n"
-        }}]},
-        {"text": "Edited."}
-    ]});
-    std::fs::write(&script, steps.to_string()).unwrap();
-    let db = format!("sqlite://{}", home.path().join("t.db").display());
-    let (child, transport) = spawn_agent(home.path(), &script, &db);
-    let asked: Arc<Mutex<Vec<RequestPermissionRequest>>> = Arc::default();
-    let log = asked.clone();
-    let cwd = project.path().to_path_buf();
-    let run = Client
-        .v1()
-        .on_receive_request(
-            async move |request: RequestPermissionRequest, responder, _cx| {
-                log.lock().unwrap().push(request);
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
-                        "allow_once",
-                    )),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                .block_task()
-                .await?;
-            let session = cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task()
-                .await?;
-            let answer = cx
-                .send_request(PromptRequest::new(
-                    session.session_id,
-                    vec![ContentBlock::Text(TextContent::new("edit"))],
-                ))
-                .block_task()
-                .await?;
-            Ok(answer.stop_reason)
-        });
-    let stop = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the agent answered in time")
-        .expect("the ACP exchange succeeded");
+    let dirs = Dirs::new();
+    std::fs::write(dirs.project().join("a.txt"), "one\ntwo\n").unwrap();
+    let script = json_script(
+        dirs.home(),
+        serde_json::json!([
+            {"tool_calls": [{"name": "apply_diff", "arguments": {
+                "path": "a.txt",
+                "diff": "@@ -1,2 +1,2 @@\n one\n-two\n+three\n"
+            }}]},
+            {"text": "Edited."}
+        ]),
+    );
+    let (child, transport) = spawn_agent(dirs.home(), &script, &dirs.db());
+    let editor = Editor::new();
+    let stop = one_prompt(
+        &editor,
+        transport,
+        ClientCapabilities::new(),
+        dirs.cwd(),
+        "edit",
+    )
+    .await;
     assert_eq!(stop, StopReason::EndTurn);
     drop(child);
-    let asked = asked.lock().unwrap();
+    let asked = editor.asked();
     assert_eq!(asked.len(), 1);
     let fields = &asked[0].tool_call.fields;
     assert_eq!(fields.title.as_deref(), Some("Edit a.txt"));
     assert_eq!(fields.kind, Some(ToolKind::Edit));
-    let diff = fields
-        .content
-        .iter()
-        .flatten()
-        .find_map(|c| match c {
-            ToolCallContent::Diff(d) => Some(d.clone()),
-            _ => None,
-        })
-        .expect("a diff");
-    assert_eq!(diff.path, project.path().join("a.txt"));
+    let diff = first_diff(fields.content.iter().flatten()).expect("a diff");
+    assert_eq!(diff.path, dirs.project().join("a.txt"));
     assert_eq!(diff.old_text.as_deref(), Some("one\ntwo\n"));
     assert_eq!(diff.new_text, "one\nthree\n");
     assert_eq!(
-        std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
+        std::fs::read_to_string(dirs.project().join("a.txt")).unwrap(),
         "one\nthree\n"
     );
 }
@@ -1649,13 +1584,7 @@ const TEN_CHUNKS: &str = "for i in 1 2 3 4 5 6 7 8 9 10; do for j in 1 2 3 4 5; 
 #[tokio::test]
 async fn a_command_lifecycle_costs_fewer_bytes_as_patches() {
     for appended in [false, true] {
-        let caps = || {
-            let mut meta = serde_json::Map::new();
-            if appended {
-                meta.insert("terminal_output".into(), serde_json::Value::Bool(true));
-            }
-            ClientCapabilities::new().meta(meta)
-        };
+        let caps = || terminal_output_caps(appended);
         let partial = stream(caps(), TEN_CHUNKS, "").await;
         let complete = stream(caps(), TEN_CHUNKS, "complete_objects = true").await;
         let sum = |s: &Streamed, kind: &str, line: bool| -> usize {

@@ -737,6 +737,7 @@ fn all_returns_every_tool_with_a_schema() {
             ("search".to_owned(), true),
             ("run_command".to_owned(), false),
             ("task_status".to_owned(), true),
+            ("update_plan".to_owned(), true),
         ]
     );
     for tool in &tools {

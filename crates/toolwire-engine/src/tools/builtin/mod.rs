@@ -4,12 +4,14 @@
 //! is touched, so the sandbox rule lives in one place. `run_command` is the
 //! exception by nature: it confines only its working directory, not what
 //! the shell does. Its background commands live in [`BackgroundTasks`],
-//! shown by `task_status`.
+//! shown by `task_status`. `update_plan` touches nothing: it keeps the
+//! model's task list in the conversation.
 
 mod apply_diff;
 pub(crate) mod common;
 mod diff;
 mod list_dir;
+mod plan;
 mod read_file;
 mod run_command;
 mod search;
@@ -21,6 +23,10 @@ use std::sync::Arc;
 
 pub use apply_diff::ApplyDiff;
 pub use list_dir::ListDir;
+pub use plan::{
+    MAX_EXPLANATION_CHARS, MAX_STEP_CHARS, MAX_STEPS, Plan, PlanStep, StepStatus, UPDATE_PLAN,
+    UpdatePlan, parse_plan,
+};
 pub use read_file::ReadFile;
 pub use run_command::RunCommand;
 pub use search::Search;
@@ -45,6 +51,7 @@ pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
         Arc::new(Search::new(workspace.clone())),
         Arc::new(RunCommand::new(workspace, tasks.clone())),
         Arc::new(TaskStatus::new(tasks)),
+        Arc::new(UpdatePlan::new()),
     ]
 }
 
