@@ -6,7 +6,7 @@
 //! tools keep the built-in ones' names, arguments and sandbox (paths stay
 //! under the session's cwd).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_client_protocol::Client;
@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{ReadTextFileRequest, SessionId, WriteTex
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
-use toolwire_engine::tools::builtin::{Workspace, preview_diff};
+use toolwire_engine::tools::builtin::{Workspace, parse_args, preview_diff};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 use crate::Session;
@@ -44,6 +44,44 @@ impl ClientFs {
             .limit(limit);
         Ok(self.cx.send_request(request).block_task().await?.content)
     }
+
+    /// Writes `text` to `path` in the editor, unless the call is cancelled
+    /// first.
+    async fn write(
+        &self,
+        path: &Path,
+        shown: &str,
+        text: String,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
+        let request = WriteTextFileRequest::new(self.session_id.clone(), path, text);
+        let written = self.cx.send_request(request).block_task();
+        tokio::select! {
+            written = written => written.map(drop).map_err(|e| {
+                ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message))
+            }),
+            () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        }
+    }
+}
+
+/// The file a call names, checked against the sandbox, as a path and as
+/// shown to the model; reported as the call's location.
+fn target(
+    workspace: &Workspace,
+    path: &str,
+    line: Option<u32>,
+    ctx: &ToolContext,
+) -> Result<(PathBuf, String), ToolError> {
+    let path = workspace.resolve(path)?;
+    ctx.progress.report(toolwire_core::Progress::Locations {
+        locations: vec![toolwire_core::Location {
+            path: path.display().to_string(),
+            line,
+        }],
+    });
+    let shown = workspace.display(&path);
+    Ok((path, shown))
 }
 
 /// The current text of `path` for an edit preview (`None`: no such file):
@@ -78,21 +116,13 @@ impl Tool for ClientReadFile {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: ReadArgs = serde_json::from_value(arguments)
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let args: ReadArgs = parse_args(arguments)?;
         if args.offset == Some(0) || args.limit == Some(0) {
             return Err(ToolError::InvalidArguments(
                 "offset and limit start at 1 (lines are numbered from 1)".into(),
             ));
         }
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        ctx.progress.report(toolwire_core::Progress::Locations {
-            locations: vec![toolwire_core::Location {
-                path: path.display().to_string(),
-                line: args.offset.or(Some(1)),
-            }],
-        });
+        let (path, shown) = target(&self.workspace, &args.path, args.offset.or(Some(1)), &ctx)?;
         let read = self.fs.read(&path, args.offset, args.limit);
         let mut text = tokio::select! {
             read = read => read.map_err(|e| ToolError::Failed(format!("the editor could not read `{shown}`: {}", e.message)))?,
@@ -132,25 +162,10 @@ impl Tool for ClientWriteFile {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: WriteArgs = serde_json::from_value(arguments)
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        ctx.progress.report(toolwire_core::Progress::Locations {
-            locations: vec![toolwire_core::Location {
-                path: path.display().to_string(),
-                line: None,
-            }],
-        });
+        let args: WriteArgs = parse_args(arguments)?;
+        let (path, shown) = target(&self.workspace, &args.path, None, &ctx)?;
         let bytes = args.content.len();
-        let request = WriteTextFileRequest::new(self.fs.session_id.clone(), &path, args.content);
-        let written = self.fs.cx.send_request(request).block_task();
-        tokio::select! {
-            written = written => {
-                written.map_err(|e| ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message)))?;
-            }
-            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        }
+        self.fs.write(&path, &shown, args.content, &ctx).await?;
         Ok(ToolOutput::ok(format!(
             "wrote `{shown}` in the editor: {bytes} bytes"
         )))
@@ -178,29 +193,14 @@ impl Tool for ClientApplyDiff {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: DiffArgs = serde_json::from_value(arguments)
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        ctx.progress.report(toolwire_core::Progress::Locations {
-            locations: vec![toolwire_core::Location {
-                path: path.display().to_string(),
-                line: None,
-            }],
-        });
+        let args: DiffArgs = parse_args(arguments)?;
+        let (path, shown) = target(&self.workspace, &args.path, None, &ctx)?;
         // A file the editor cannot read counts as empty: a diff that
         // creates it starts from nothing, any other fails to apply.
         let old = self.fs.read(&path, None, None).await.unwrap_or_default();
         let new = preview_diff(&old, &args.diff)
             .map_err(|e| ToolError::Failed(format!("`{shown}` unchanged: {e}")))?;
-        let request = WriteTextFileRequest::new(self.fs.session_id.clone(), &path, new);
-        let written = self.fs.cx.send_request(request).block_task();
-        tokio::select! {
-            written = written => {
-                written.map_err(|e| ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message)))?;
-            }
-            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        }
+        self.fs.write(&path, &shown, new, &ctx).await?;
         Ok(ToolOutput::ok(format!(
             "applied the diff to `{shown}` in the editor"
         )))

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 use toolwire_core::ToolCallId;
-use toolwire_engine::tools::builtin::Workspace;
+use toolwire_engine::tools::builtin::{Workspace, parse_args};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// The output the editor keeps for the model (the built-in tool's tail).
@@ -65,8 +65,7 @@ impl Tool for ClientRunCommand {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: Args = serde_json::from_value(arguments.clone())
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let args: Args = parse_args(arguments.clone())?;
         if args.background {
             return self.builtin.call(arguments, ctx).await;
         }

@@ -22,7 +22,7 @@ pub(crate) fn spec(name: &str, description: &str, parameters: Value, read_only: 
 
 /// Models sometimes send `null` for a tool whose arguments are all
 /// optional; that means "no arguments", not an error.
-pub(crate) fn parse_args<T: DeserializeOwned>(arguments: Value) -> Result<T, ToolError> {
+pub fn parse_args<T: DeserializeOwned>(arguments: Value) -> Result<T, ToolError> {
     let arguments = match arguments {
         Value::Null => Value::Object(Default::default()),
         other => other,

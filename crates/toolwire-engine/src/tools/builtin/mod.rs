@@ -22,6 +22,7 @@ mod write_file;
 use std::sync::Arc;
 
 pub use apply_diff::ApplyDiff;
+pub use common::parse_args;
 pub use list_dir::ListDir;
 pub use plan::{
     MAX_EXPLANATION_CHARS, MAX_STEP_CHARS, MAX_STEPS, Plan, PlanStep, StepStatus, UPDATE_PLAN,
