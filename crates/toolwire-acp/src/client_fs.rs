@@ -84,12 +84,74 @@ fn target(
     Ok((path, shown))
 }
 
-/// The current text of `path` for an edit preview (`None`: no such file):
-/// the editor's buffer when it offers reads.
-pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> Option<String> {
-    match &session.fs {
-        Some(fs) if fs.read => fs.read(path, None, None).await.ok(),
-        _ => tokio::fs::read_to_string(path).await.ok(),
+/// What an edit preview can show of the file it would change.
+pub(crate) enum OldText {
+    /// Its current text.
+    Text(String),
+    /// No such file: the edit creates it.
+    Missing,
+    /// Not shown, and why (no diff is shown then).
+    Unavailable(String),
+}
+
+/// Whether the editor answered that the file does not exist (ACP's
+/// `-32002`, resource not found).
+fn is_not_found(e: &agent_client_protocol::Error) -> bool {
+    e.code == agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND
+}
+
+/// The current text of `path` (already resolved in the session's
+/// sandbox) for an edit preview: the editor's buffer when it offers reads,
+/// else the file on disk. Only a regular file of at most [`MAX_READ`]
+/// bytes is read, so that a device, a FIFO or a huge file cannot stall or
+/// flood the permission request.
+pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> OldText {
+    let too_large = || OldText::Unavailable(format!("it is larger than {} KiB", MAX_READ / 1024));
+    let meta = tokio::fs::metadata(path).await;
+    match &meta {
+        Ok(m) if !m.is_file() => {
+            return OldText::Unavailable("it is not a regular file".into());
+        }
+        Ok(m) if m.len() > MAX_READ as u64 => return too_large(),
+        _ => {}
+    }
+    if let Some(fs) = session.fs.as_ref().filter(|fs| fs.read) {
+        return match fs.read(path, None, None).await {
+            Ok(text) if text.len() > MAX_READ => too_large(),
+            Ok(text) => OldText::Text(text),
+            Err(e) if is_not_found(&e) => OldText::Missing,
+            Err(e) => OldText::Unavailable(format!("the editor could not read it: {}", e.message)),
+        };
+    }
+    match meta {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OldText::Missing,
+        Err(e) => OldText::Unavailable(e.to_string()),
+        Ok(_) => {
+            // Bounded even if the file grew (or was swapped) since the
+            // metadata was read.
+            let read = async {
+                use tokio::io::AsyncReadExt;
+                let file = tokio::fs::File::open(path).await?;
+                if !file.metadata().await?.is_file() {
+                    return Ok(None);
+                }
+                let mut bytes = Vec::new();
+                file.take(MAX_READ as u64 + 1)
+                    .read_to_end(&mut bytes)
+                    .await?;
+                Ok::<_, std::io::Error>(Some(bytes))
+            };
+            match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {
+                Ok(Ok(Some(bytes))) if bytes.len() > MAX_READ => too_large(),
+                Ok(Ok(Some(bytes))) => match String::from_utf8(bytes) {
+                    Ok(text) => OldText::Text(text),
+                    Err(_) => OldText::Unavailable("it is not UTF-8 text".into()),
+                },
+                Ok(Ok(None)) => OldText::Unavailable("it is not a regular file".into()),
+                Ok(Err(e)) => OldText::Unavailable(e.to_string()),
+                Err(_) => OldText::Unavailable("reading it took too long".into()),
+            }
+        }
     }
 }
 
@@ -195,9 +257,23 @@ impl Tool for ClientApplyDiff {
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: DiffArgs = parse_args(arguments)?;
         let (path, shown) = target(&self.workspace, &args.path, None, &ctx)?;
-        // A file the editor cannot read counts as empty: a diff that
-        // creates it starts from nothing, any other fails to apply.
-        let old = self.fs.read(&path, None, None).await.unwrap_or_default();
+        // A file the editor reports missing (`-32002`) counts as empty: a
+        // diff that creates it starts from nothing, any other fails to
+        // apply. Any other error is not an empty file.
+        let read = self.fs.read(&path, None, None);
+        let old = tokio::select! {
+            read = read => match read {
+                Ok(text) => text,
+                Err(e) if is_not_found(&e) => String::new(),
+                Err(e) => {
+                    return Err(ToolError::Failed(format!(
+                        "`{shown}` unchanged: the editor could not read it: {}",
+                        e.message
+                    )));
+                }
+            },
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        };
         let new = preview_diff(&old, &args.diff)
             .map_err(|e| ToolError::Failed(format!("`{shown}` unchanged: {e}")))?;
         self.fs.write(&path, &shown, new, &ctx).await?;

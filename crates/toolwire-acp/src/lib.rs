@@ -221,6 +221,8 @@ struct SessionTools {
     own_writes: Arc<OwnWrites>,
     fs: Option<client_fs::ClientFs>,
     terminals: terminal::Terminals,
+    /// The built-in tools' sandbox (rooted at the cwd).
+    workspace: Arc<Workspace>,
 }
 
 /// One ACP session: its conversation and its tools.
@@ -234,6 +236,8 @@ struct Session {
     terminals: terminal::Terminals,
     /// The root of the built-in tools.
     cwd: PathBuf,
+    /// The built-in tools' sandbox: the paths an edit preview may read.
+    workspace: Arc<Workspace>,
     /// The session's "always" answers (stored, so a loaded session keeps
     /// them).
     permissions: Arc<Mutex<permissions::Permissions>>,
@@ -391,6 +395,7 @@ impl AcpAgent {
             own_writes: workspace.own_writes().clone(),
             fs,
             terminals,
+            workspace,
         })
     }
 
@@ -452,6 +457,7 @@ impl AcpAgent {
             fs: tools.fs,
             terminals: tools.terminals,
             cwd,
+            workspace: tools.workspace,
             permissions: Arc::new(Mutex::new(permissions)),
             cancelled: Arc::default(),
             policies: self.settings.policies.clone(),

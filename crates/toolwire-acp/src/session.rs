@@ -233,19 +233,32 @@ pub(crate) async fn permission_tool_call(
 
 /// The diff an edit would make: `old_text` absent for a new file. `None`
 /// when it cannot be worked out (the call then fails when it runs, and the
-/// user still decides from the raw input).
+/// user still decides from the raw input). The path goes through the
+/// session's sandbox first: one outside it is not read (the tool refuses it
+/// when run), and the preview says so instead of showing a diff.
 async fn edit_preview(session: &Session, call: &ToolCall) -> Option<ToolCallContent> {
+    use crate::client_fs::{OldText, read_for_preview};
     let text = |key: &str| call.arguments.get(key).and_then(|v| v.as_str());
+    if !matches!(call.name.as_str(), "write_file" | "apply_diff") {
+        return None;
+    }
     let path = text("path")?;
-    let absolute = titles::absolute(&session.cwd, path);
-    let old_text = crate::client_fs::read_for_preview(session, Path::new(&absolute)).await;
+    let no_diff = |why: String| Some(ToolCallContent::text(format!("No diff of `{path}`: {why}")));
+    let resolved = match session.workspace.resolve(path) {
+        Ok(resolved) => resolved,
+        Err(e) => return no_diff(e.to_string()),
+    };
+    let old_text = match read_for_preview(session, &resolved).await {
+        OldText::Text(text) => Some(text),
+        OldText::Missing => None,
+        OldText::Unavailable(why) => return no_diff(why),
+    };
     let new_text = match call.name.as_str() {
         "write_file" => text("content")?.to_owned(),
-        "apply_diff" => preview_diff(old_text.as_deref().unwrap_or(""), text("diff")?).ok()?,
-        _ => return None,
+        _ => preview_diff(old_text.as_deref().unwrap_or(""), text("diff")?).ok()?,
     };
     Some(ToolCallContent::Diff {
-        path: absolute,
+        path: titles::absolute(&session.cwd, path),
         old_text,
         new_text,
     })

@@ -410,8 +410,20 @@ impl Editor {
             )
             .on_receive_request(
                 async move |request: ReadTextFileRequest, responder, _cx| {
+                    // `missing.txt` is not there; `broken.txt` fails to read.
+                    let name = request.path.file_name().map(|n| n.to_owned());
                     l1.lock().unwrap().reads.push(request.path);
-                    responder.respond(ReadTextFileResponse::new("unsaved buffer\n"))
+                    match name.as_ref().and_then(|n| n.to_str()) {
+                        Some("missing.txt") => responder.respond_with_error(
+                            agent_client_protocol::v1::schema::Error::resource_not_found(None)
+                                .into(),
+                        ),
+                        Some("broken.txt") => responder.respond_with_error(
+                            agent_client_protocol::Error::internal_error()
+                                .data("the disk is on fire"),
+                        ),
+                        _ => responder.respond(ReadTextFileResponse::new("unsaved buffer\n")),
+                    }
                 },
                 agent_client_protocol::on_receive_request!(),
             )
@@ -1569,6 +1581,129 @@ async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
     assert_eq!(
         std::fs::read_to_string(dirs.project().join("a.txt")).unwrap(),
         "one\nthree\n"
+    );
+}
+
+/// The permission request of an edit outside the session's cwd shows
+/// nothing of the file there: the preview goes through the sandbox, and the
+/// tool refuses the path when run.
+#[tokio::test]
+async fn a_write_outside_the_cwd_does_not_show_the_file_there() {
+    let dirs = Dirs::new();
+    let outer = tempfile::tempdir().unwrap();
+    let cwd = outer.path().join("project");
+    std::fs::create_dir(&cwd).unwrap();
+    std::fs::write(outer.path().join("outside.txt"), "top secret 4242\n").unwrap();
+    let script = json_script(
+        dirs.home(),
+        serde_json::json!([
+            {"tool_calls": [{"name": "write_file", "arguments": {
+                "path": "../outside.txt",
+                "content": "new\n"
+            }}]},
+            {"text": "Tried."}
+        ]),
+    );
+    let (child, transport) = spawn_agent(dirs.home(), &script, &dirs.db());
+    let editor = Editor::new();
+    let stop = one_prompt(&editor, transport, ClientCapabilities::new(), cwd, "edit").await;
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+    let asked = editor.asked();
+    assert_eq!(asked.len(), 1);
+    let fields = &asked[0].tool_call.fields;
+    let shown = serde_json::to_string(&fields.content).unwrap();
+    assert!(!shown.contains("top secret"), "{shown}");
+    assert!(
+        first_diff(fields.content.iter().flatten()).is_none(),
+        "{shown}"
+    );
+    assert!(shown.contains("outside the workspace root"), "{shown}");
+    assert_eq!(
+        std::fs::read_to_string(outer.path().join("outside.txt")).unwrap(),
+        "top secret 4242\n"
+    );
+}
+
+/// Only a regular file is read for a preview: a FIFO would hang the
+/// permission request.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_write_to_a_fifo_is_asked_about_without_reading_it() {
+    let dirs = Dirs::new();
+    let fifo = dirs.project().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let script = json_script(
+        dirs.home(),
+        serde_json::json!([
+            {"tool_calls": [{"name": "write_file", "arguments": {
+                "path": "pipe",
+                "content": "new\n"
+            }}]},
+            {"text": "Tried."}
+        ]),
+    );
+    let (child, transport) = spawn_agent(dirs.home(), &script, &dirs.db());
+    let editor = Editor::answering(Answer::Select("reject_once"));
+    let stop = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        one_prompt(
+            &editor,
+            transport,
+            ClientCapabilities::new(),
+            dirs.cwd(),
+            "edit",
+        ),
+    )
+    .await
+    .expect("the permission request does not hang on the FIFO");
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+    let asked = editor.asked();
+    assert_eq!(asked.len(), 1);
+    let shown = serde_json::to_string(&asked[0].tool_call.fields.content).unwrap();
+    assert!(shown.contains("not a regular file"), "{shown}");
+}
+
+/// Through the editor, `apply_diff` starts a file the editor reports
+/// missing (`-32002`) from nothing, and fails on any other read error
+/// rather than take the file as empty.
+#[tokio::test]
+async fn an_editor_read_error_is_not_an_empty_file() {
+    let dirs = Dirs::new();
+    let create = "@@ -0,0 +1 @@\n+created\n";
+    let script = json_script(
+        dirs.home(),
+        serde_json::json!([
+            {"tool_calls": [
+                {"name": "apply_diff", "arguments": {"path": "missing.txt", "diff": create}},
+                {"name": "apply_diff", "arguments": {"path": "broken.txt", "diff": create}}
+            ]},
+            {"text": "Done."}
+        ]),
+    );
+    let (child, transport) = spawn_agent(dirs.home(), &script, &dirs.db());
+    let editor = Editor::new();
+    let caps = ClientCapabilities::new().fs(FileSystemCapabilities::new()
+        .read_text_file(true)
+        .write_text_file(true));
+    let stop = one_prompt(&editor, transport, caps, dirs.cwd(), "go").await;
+    assert_eq!(stop, StopReason::EndTurn);
+    drop(child);
+    let log = editor.log.lock().unwrap();
+    assert_eq!(
+        log.writes,
+        [(dirs.project().join("missing.txt"), "created\n".to_owned())],
+        "{log:?}"
+    );
+    let results = results(&editor.updates());
+    assert!(
+        results.contains("`broken.txt` unchanged: the editor could not read it"),
+        "{results}"
     );
 }
 
