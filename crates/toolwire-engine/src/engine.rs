@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::notification::Admission;
 use toolwire_core::{
-    ContentBlock, Conversation, ConversationId, Decision, Incoming, Message, MessageId,
+    ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
     PendingApproval, ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
@@ -43,6 +43,14 @@ pub enum EngineError {
     },
     #[error("conversation {0} has no tool calls waiting for an answer")]
     NothingPending(ConversationId),
+    /// An approval for a call whose result must come from the client: the
+    /// server cannot run it.
+    #[error(
+        "tool call `{}` is a client tool: the client runs it and sends its result \
+         (or denies it); it cannot be approved to run on the server",
+        .0.0
+    )]
+    ClientToolApproved(ToolCallId),
     #[error("{}", mismatch_message(expected, received))]
     ApprovalMismatch {
         /// Every waiting call: each needs exactly one answer.
@@ -369,7 +377,10 @@ impl Engine {
 
     /// Starts a turn whose input is what waits, unless a turn runs (it
     /// delivers them), the conversation waits for approvals, or nothing
-    /// waits any more.
+    /// waits any more. Fails closed: with no options remembered for the
+    /// conversation (after a restart, or once forgotten) it starts nothing,
+    /// as the defaults would offer every tool with no approvals; what waits
+    /// stays queued for the next turn a front door starts.
     async fn wake(&self, conversation: ConversationId) -> Result<(), EngineError> {
         if self.is_running(conversation)
             || !self.inner.notifications.has_pending(conversation)
@@ -377,6 +388,13 @@ impl Engine {
         {
             return Ok(());
         }
+        let Some(options) = self.inner.remembered.get(conversation) else {
+            tracing::debug!(
+                %conversation,
+                "no options remembered for the conversation: not waking it, its notifications stay queued"
+            );
+            return Ok(());
+        };
         let leaf = self.active_leaf(conversation).await?;
         // The turn's user message carries the notifications (drained when
         // the turn stores it).
@@ -384,7 +402,7 @@ impl Engine {
         match self.start_turn(
             conversation,
             turn::Start::User(user),
-            self.conversation_options(conversation),
+            options,
             Origin::Engine,
         ) {
             Ok(_) | Err(EngineError::TurnInProgress(_)) => Ok(()),
@@ -475,8 +493,10 @@ impl Engine {
     /// those of the conversation's last turn started through `send_with`,
     /// `edit_with`, `regenerate_with` or `respond`, or set here. Kept in
     /// memory, for a bounded number of conversations: after a restart (or
-    /// once forgotten) such turns get the default options until a front
-    /// door starts a turn or sets them again.
+    /// once forgotten) a wake starts no turn (its notifications wait for
+    /// the next turn a front door starts), and an interjection's turn gets
+    /// the default options, until a front door starts a turn or sets them
+    /// again.
     pub fn set_conversation_options(&self, conversation: ConversationId, options: TurnOptions) {
         self.inner.remembered.set(conversation, options);
     }
@@ -546,6 +566,14 @@ impl Engine {
         }
         if !valid || answers.len() != expected.len() {
             return Err(EngineError::ApprovalMismatch { expected, received });
+        }
+        // A client tool's answer is its result (or a denial): approving it
+        // would run it on the server, which has no such tool to run.
+        if let Some(call) = pending.waiting().find(|c| {
+            c.gate == Some(Gate::Client)
+                && matches!(answers.get(&c.call.id), Some(Decision::Approve))
+        }) {
+            return Err(EngineError::ClientToolApproved(call.call.id.clone()));
         }
         let start = turn::Start::Resume {
             pending,

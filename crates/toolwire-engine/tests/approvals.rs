@@ -241,6 +241,22 @@ steps:
         Some(Gate::Client),
         "a client tool wins over the server tool of the same name"
     );
+    // Approving it would run it on the server: refused, the pause stays.
+    let err = engine
+        .respond(
+            conv.id,
+            vec![(ToolCallId("call_pick".into()), Decision::Approve)],
+            None,
+            options.clone(),
+        )
+        .await
+        .expect_err("approving a client tool is refused");
+    assert!(
+        matches!(&err, EngineError::ClientToolApproved(id) if id.0 == "call_pick"),
+        "{err}"
+    );
+    assert!(engine.pending_approval(conv.id).await.unwrap().is_some());
+    assert!(!engine.is_running(conv.id));
     let answer = Decision::Result {
         content: "teal".into(),
         is_error: false,

@@ -164,3 +164,34 @@ async fn an_interjection_with_no_turn_running_keeps_the_options() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_wake_with_no_remembered_options_starts_no_turn() {
+    // A fresh conversation (as after a restart): nothing remembered, so a
+    // wake must not fall back to every tool with no approvals.
+    let (engine, conv, _dir) = setup().await;
+    let notified = engine
+        .notify(conv, Incoming::text("ci", Priority::High, "deployed"))
+        .await
+        .unwrap();
+    assert!(matches!(notified, Notified::Waking));
+    // Well past the coalescing window.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!engine.is_running(conv));
+    assert!(engine.has_pending_notifications(conv));
+    let leaf = engine.store().conversation(conv).await.unwrap().active_leaf;
+    let path = engine.store().path_to(leaf).await.unwrap();
+    assert!(
+        path.iter().all(|m| m.role != toolwire_core::Role::User),
+        "a wake started a turn with no remembered options"
+    );
+    // The next turn a front door starts carries them.
+    let outcome = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+    assert!(!engine.has_pending_notifications(conv));
+}

@@ -17,7 +17,7 @@ use toolwire_core::{
 };
 use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
 use toolwire_engine::provider::{OpenAiProvider, Script, ScriptedProvider};
-use toolwire_engine::{Engine, EngineConfig, Notified};
+use toolwire_engine::{Engine, EngineConfig, Notified, TurnOptions};
 
 fn config(mode: InjectionMode) -> EngineConfig {
     EngineConfig {
@@ -245,6 +245,8 @@ async fn a_waking_source_starts_a_turn_once_its_window_has_passed() {
     });
     let (engine, _dir) = engine(provider, echo_tools(&[], Duration::ZERO), config).await;
     let conv = engine.create_conversation(None).await.unwrap().id;
+    // A wake needs the conversation's options (it fails closed without).
+    engine.set_conversation_options(conv, TurnOptions::default());
     let mut events = engine.subscribe(conv);
     let diagnostic = |text: &str| Incoming::text("diagnostics", Priority::High, text);
     // The first wakes the agent once the window has passed, so that what

@@ -1,6 +1,6 @@
 //! Bearer API keys. With keys configured every `/v1` request must carry
-//! one (`Authorization: Bearer KEY`, or `?token=KEY` on a WebSocket
-//! upgrade); without, the server only listens on loopback, so nothing off
+//! one (`Authorization: Bearer KEY`, or `?token=KEY` on the upgrade of a
+//! conversation's socket, `/v1/conversations/{id}/ws`); without, the server only listens on loopback, so nothing off
 //! the machine reaches it unchecked.
 
 use axum::extract::{Request, State};
@@ -52,9 +52,13 @@ pub async fn require_key(
 }
 
 /// The key of a WebSocket upgrade, from its `token` query parameter: a
-/// browser's WebSocket cannot send an `Authorization` header. Only
-/// upgrades may carry it, so that keys stay out of ordinary URLs.
+/// browser's WebSocket cannot send an `Authorization` header. Only an
+/// upgrade of a conversation's socket (`/v1/conversations/{id}/ws`) may
+/// carry it, so that keys stay out of ordinary URLs.
 fn websocket_token(request: &Request) -> Option<String> {
+    if !is_conversation_socket(request.uri().path()) {
+        return None;
+    }
     let upgrade = request
         .headers()
         .get(axum::http::header::UPGRADE)
@@ -70,6 +74,15 @@ fn websocket_token(request: &Request) -> Option<String> {
         .find_map(|(k, v)| (k == "token").then_some(v))
 }
 
+/// Whether `path` is a conversation's socket: `/v1/conversations/{id}/ws`.
+fn is_conversation_socket(path: &str) -> bool {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    matches!(
+        path.split('/').collect::<Vec<_>>().as_slice(),
+        ["", "v1", "conversations", id, "ws"] if !id.is_empty()
+    )
+}
+
 /// Compares without leaking, through timing, how much of a key matched.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -80,7 +93,18 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{constant_time_eq, is_conversation_socket};
+
+    #[test]
+    fn only_a_conversation_socket_takes_a_query_key() {
+        assert!(is_conversation_socket("/v1/conversations/abc/ws"));
+        assert!(is_conversation_socket("/v1/conversations/abc/ws/"));
+        assert!(!is_conversation_socket("/v1/conversations//ws"));
+        assert!(!is_conversation_socket("/v1/conversations/abc/tree"));
+        assert!(!is_conversation_socket("/v1/agents/abc/ws"));
+        assert!(!is_conversation_socket("/v1/conversations/abc/ws/x"));
+        assert!(!is_conversation_socket("/v1/conversations"));
+    }
 
     #[test]
     fn keys_compare_exactly() {

@@ -699,6 +699,75 @@ async fn calls_are_approved_and_denied_over_the_socket() {
     s.stop().await;
 }
 
+/// A client tool's result must come from its client: the live view may
+/// deny it, never approve it (that would run it on the server).
+#[tokio::test]
+async fn a_client_tool_cannot_be_approved_over_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(&dir, TWO_CALLS).await;
+    let (status, agent) = s
+        .call(
+            "POST",
+            "/v1/agents",
+            Some(json!({"name": "live", "include_base_tools": false})),
+        )
+        .await;
+    assert_eq!(status, 200, "{agent}");
+    let agent_id = agent["id"].as_str().unwrap();
+    let id = agent["conversation_id"].as_str().unwrap().to_owned();
+    let (mut socket, _) = snapshot(&s, &id).await;
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/v1/agents/{agent_id}/messages"),
+            Some(json!({
+                "messages": [{"role": "user", "content": "roll two"}],
+                "client_tools": [{"name": "roll_dice", "parameters": {"type": "object"}}],
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let paused = frames_until(&mut socket, is_stop).await;
+    assert_eq!(paused.last().unwrap()["reason"], "requires_approval");
+    let request = paused
+        .iter()
+        .find(|f| f["type"] == "approval_request")
+        .unwrap();
+    let client: Vec<bool> = request["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["client"].as_bool().unwrap())
+        .collect();
+    assert_eq!(client, [true, true]);
+    let (_other, snap) = snapshot(&s, &id).await;
+    assert_eq!(snap["turn"]["pending_approval"][0]["client"], true);
+
+    send_frame(
+        &mut socket,
+        json!({"type": "approve", "tool_call_id": "call_1"}),
+    )
+    .await;
+    let refused = frame(&mut socket).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["for"], "approve");
+    assert!(
+        refused["message"].as_str().unwrap().contains("client tool"),
+        "{refused}"
+    );
+    for call in ["call_1", "call_2"] {
+        send_frame(
+            &mut socket,
+            json!({"type": "deny", "tool_call_id": call, "reason": "not now"}),
+        )
+        .await;
+    }
+    let frames = frames_until(&mut socket, is_stop).await;
+    assert_eq!(frames[0], json!({"type": "ack", "for": "deny"}));
+    assert_eq!(frames.last().unwrap()["reason"], "end_turn");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn an_interjection_during_a_slow_tool_is_a_new_user_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -843,5 +912,23 @@ async fn a_socket_carries_its_key_in_the_query() {
     // Only an upgrade may carry the key in its URL.
     let (status, _) = s.call("GET", &conv(&id, "/tree?token=sk-live"), None).await;
     assert_eq!(status, 401);
+    // Nor an upgrade of any other route: only a conversation's socket.
+    for path in [
+        conv(&id, "/tree?token=sk-live"),
+        "/v1/agents?token=sk-live".to_owned(),
+    ] {
+        let status = s
+            .http
+            .get(s.url(&path))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), 401, "{path}");
+    }
     s.stop().await;
 }

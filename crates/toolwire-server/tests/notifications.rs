@@ -111,13 +111,21 @@ def risky(n: int) -> str:
 /// no message was sent yet.
 #[tokio::test]
 async fn a_wake_turn_keeps_the_agents_approvals() {
-    wake_pauses_on_risky(true).await;
-    wake_pauses_on_risky(false).await;
+    wake_pauses_on_risky(true, false).await;
+    wake_pauses_on_risky(false, false).await;
 }
 
-async fn wake_pauses_on_risky(on_the_agent: bool) {
+/// After a restart the engine remembers no options: the notifications
+/// route gives it the agent's before the wake, so the wake still runs (and
+/// still pauses on the tool that needs approval).
+#[tokio::test]
+async fn a_wake_after_a_restart_keeps_the_agents_approvals() {
+    wake_pauses_on_risky(true, true).await;
+}
+
+async fn wake_pauses_on_risky(on_the_agent: bool, restart: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
+    let config = || EngineConfig {
         notifications: NotificationSettings {
             activation: HashMap::from([("ci".to_owned(), Activation::Wake)]),
             queue: NotifyConfig {
@@ -139,7 +147,7 @@ steps:
         &dir.path().join("t.db"),
         script,
         ServerSettings::default(),
-        config,
+        config(),
     )
     .await;
     let (_, tool) = s
@@ -166,6 +174,18 @@ steps:
     };
     let (status, body) = s.call("PATCH", &path, Some(body)).await;
     assert_eq!(status, 200, "{body}");
+    let s = if restart {
+        s.stop().await;
+        Server::start_with(
+            &dir.path().join("t.db"),
+            script,
+            ServerSettings::default(),
+            config(),
+        )
+        .await
+    } else {
+        s
+    };
     let (status, body) = s
         .call(
             "POST",

@@ -576,6 +576,9 @@ pub async fn cancel(
     let _ = body.run_ids;
     let agent = agents::load(&state, &id).await?;
     let conversation = agent.conversation_id;
+    // Abandoning the pause starts a turn of the engine's own (a late
+    // interjection may follow it): with the agent's options as they are now.
+    refresh_options(&state, &agent).await?;
     let running = state.engine.cancel(conversation);
     let cleared = match state
         .engine

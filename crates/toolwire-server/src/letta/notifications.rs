@@ -11,7 +11,7 @@ use toolwire_engine::Notified;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Body;
-use crate::letta::agents;
+use crate::letta::{agents, messages};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +45,10 @@ pub async fn create(
             )));
         }
     };
+    // A waking source makes the engine start a turn on its own: it must
+    // run with the agent's tools and approvals as they are now (and does
+    // not run at all with none remembered).
+    messages::refresh_options(&state, &agent).await?;
     let notified = state
         .engine
         .notify(

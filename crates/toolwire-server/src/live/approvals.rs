@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use toolwire_core::{ConversationId, Decision, MessageId, PendingApproval, ToolCallId};
+use toolwire_core::{ConversationId, Decision, Gate, MessageId, PendingApproval, ToolCallId};
 
 /// The answers given for the pause on one message.
 type Given = (MessageId, HashMap<ToolCallId, Decision>);
@@ -22,6 +22,11 @@ pub struct Decisions {
 pub enum DecisionError {
     #[error("tool call `{0}` does not wait for an answer")]
     NotWaiting(ToolCallId),
+    #[error(
+        "tool call `{0}` is a client tool: its result must come from the client, \
+         so it cannot be approved to run on the server (deny it, or answer it from the client)"
+    )]
+    ClientTool(ToolCallId),
     #[error("the approvals could not be recorded")]
     Poisoned,
 }
@@ -37,10 +42,14 @@ impl Decisions {
         id: ToolCallId,
         decision: Decision,
     ) -> Result<Option<Vec<(ToolCallId, Decision)>>, DecisionError> {
-        let waiting = pending.waiting_ids();
-        if !waiting.contains(&id) {
+        let Some(call) = pending.waiting().find(|c| c.call.id == id) else {
             return Err(DecisionError::NotWaiting(id));
+        };
+        // A client tool is never run on the server: it may only be denied.
+        if call.gate == Some(Gate::Client) && decision == Decision::Approve {
+            return Err(DecisionError::ClientTool(id));
         }
+        let waiting = pending.waiting_ids();
         let mut given = self.given.lock().map_err(|_| DecisionError::Poisoned)?;
         let entry = given
             .entry(pending.conversation_id)
@@ -85,7 +94,7 @@ impl Decisions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolwire_core::{Gate, GatedCall, RunId, ToolCall};
+    use toolwire_core::{GatedCall, RunId, ToolCall};
 
     fn pause(conversation: ConversationId, ids: &[&str]) -> PendingApproval {
         PendingApproval {
@@ -135,6 +144,29 @@ mod tests {
         assert_eq!(
             decisions.record(&next, id("b"), Decision::Approve).unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn a_client_tool_can_be_denied_but_not_approved() {
+        let decisions = Decisions::default();
+        let c = ConversationId::new();
+        let mut p = pause(c, &["a", "client"]);
+        p.calls[1].gate = Some(Gate::Client);
+        let id = |s: &str| ToolCallId(s.into());
+        assert!(matches!(
+            decisions.record(&p, id("client"), Decision::Approve),
+            Err(DecisionError::ClientTool(_))
+        ));
+        // Refused, it is not counted: the approval of `a` does not finish.
+        assert_eq!(
+            decisions.record(&p, id("a"), Decision::Approve).unwrap(),
+            None
+        );
+        let deny = Decision::Deny { reason: None };
+        assert_eq!(
+            decisions.record(&p, id("client"), deny.clone()).unwrap(),
+            Some(vec![(id("a"), Decision::Approve), (id("client"), deny)])
         );
     }
 }

@@ -177,15 +177,19 @@ async fn stored_message(mut follower: Follower, run_id: RunId) -> ApiResult<Mess
         .map_err(|_| ApiError::internal("the turn did not store its message in time"))?
 }
 
-/// 202 with the run and its user message.
+/// 202 with the run and its user message. The owner (and the agent's
+/// lock with it) is released once the turn is started and watched, before
+/// waiting for the message: the wait must not hold up the agent's other
+/// requests.
 async fn accepted(
     state: &AppState,
-    owner: &Owner,
+    owner: Owner,
     follower: Follower,
     handle: TurnHandle,
 ) -> ApiResult<Response> {
     let run_id = handle.run_id;
     owner.watch(state, handle);
+    drop(owner);
     let message_id = stored_message(follower, run_id).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -220,7 +224,7 @@ pub async fn send(
         .send_with(id, &req.text, parent, owner.options.clone())
         .await
         .map_err(turn_error)?;
-    accepted(&state, &owner, follower, handle).await
+    accepted(&state, owner, follower, handle).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -246,7 +250,7 @@ pub async fn edit(
         .edit_with(mid, &req.text, owner.options.clone())
         .await
         .map_err(turn_error)?;
-    accepted(&state, &owner, follower, handle).await
+    accepted(&state, owner, follower, handle).await
 }
 
 /// `POST /v1/conversations/{id}/messages/{mid}/regenerate`: a new answer

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Message, MessageId, PendingApproval, Role, RunId, ToolCallChange,
-    ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerConfig,
-    kind_of, tool_events,
+    AgentEvent, ContentBlock, Gate, GatedCall, Message, MessageId, PendingApproval, Role, RunId,
+    ToolCallChange, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker,
+    TrackerConfig, kind_of, tool_events,
 };
 use toolwire_store::StoredEvent;
 
@@ -183,9 +183,7 @@ impl Renderer {
                 self.waiting = calls
                     .iter()
                     .filter(|c| c.gate.is_some())
-                    .map(|c| {
-                        json!({"tool_call_id": c.call.id, "tool_name": c.call.name, "arguments": c.call.arguments})
-                    })
+                    .map(waiting_json)
                     .collect();
                 frames.push(json!({"type": "approval_request", "seq": seq, "run_id": run_id, "tool_calls": self.waiting}));
             }
@@ -399,6 +397,17 @@ impl Renderer {
     }
 }
 
+/// A call waiting for an answer. `client`: its result must come from the
+/// client that owns the tool, so it cannot be approved here (only denied).
+fn waiting_json(c: &GatedCall) -> Value {
+    json!({
+        "tool_call_id": c.call.id,
+        "tool_name": c.call.name,
+        "arguments": c.call.arguments,
+        "client": c.gate == Some(Gate::Client),
+    })
+}
+
 /// `ToolCard`.
 fn card_json(card: &Card) -> Value {
     json!({
@@ -427,10 +436,7 @@ pub fn paused_state(pending: &PendingApproval) -> Value {
             })
         })
         .collect();
-    let waiting: Vec<Value> = pending
-        .waiting()
-        .map(|c| json!({"tool_call_id": c.call.id, "tool_name": c.call.name, "arguments": c.call.arguments}))
-        .collect();
+    let waiting: Vec<Value> = pending.waiting().map(waiting_json).collect();
     json!({
         "run_id": pending.run_id,
         "text": "",

@@ -32,6 +32,16 @@ pub async fn agent_of(
         .find(|a| a.conversation_id == conversation))
 }
 
+/// Before the engine starts or goes on with a turn on its own in
+/// `conversation` (an interjection, the end of a pause): tells it the
+/// options of the conversation's agent as they are now, if one owns it.
+pub async fn refresh(state: &AppState, conversation: ConversationId) -> ApiResult<()> {
+    if let Some(agent) = agent_of(state, conversation).await? {
+        messages::refresh_options(state, &agent).await?;
+    }
+    Ok(())
+}
+
 /// The turn options of `conversation` and what to lock while starting a
 /// turn in it (the agent's lock, which the Letta routes take too).
 pub struct Owner {

@@ -26,7 +26,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
 use crate::live::conversations::conversation_id;
 use crate::live::frames::{self, Renderer};
-use crate::live::owner::Owner;
+use crate::live::owner::{self, Owner};
 use crate::live::tree;
 use crate::state::AppState;
 
@@ -318,6 +318,9 @@ async fn interject(state: &AppState, conversation: ConversationId, text: &str) -
             "text is empty or holds a NUL character",
         ));
     }
+    // The interjection may start a turn of the engine's own: with the
+    // agent's options as they are now.
+    owner::refresh(state, conversation).await?;
     if state.engine.is_running(conversation) {
         // Should the turn have ended meanwhile, this starts the next one
         // (with the options of the conversation's last turn: the engine
@@ -389,6 +392,9 @@ async fn decide(
 /// run), as the Letta cancel does.
 async fn cancel(state: &AppState, conversation: ConversationId) -> ApiResult<()> {
     state.live.decisions.clear(conversation);
+    // Ending the pause starts a turn of the engine's own: with the agent's
+    // options as they are now.
+    owner::refresh(state, conversation).await?;
     let running = state.engine.cancel(conversation);
     match state
         .engine
