@@ -16,16 +16,13 @@ use agent_client_protocol::v1::schema::{
     TerminalExitStatus, TerminalOutputRequest, WaitForTerminalExitRequest,
 };
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::Value;
 use toolwire_core::ToolCallId;
-use toolwire_engine::tools::builtin::{Workspace, parse_args};
+use toolwire_engine::tools::builtin::{CommandArgs, Workspace};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// The output the editor keeps for the model (the built-in tool's tail).
 const OUTPUT_LIMIT: u64 = 64 * 1024;
-const DEFAULT_TIMEOUT: u64 = 120;
-const MAX_TIMEOUT: u64 = 3600;
 
 /// The editor terminal of each running call, so the call's updates can
 /// show it.
@@ -38,17 +35,6 @@ pub(crate) struct ClientRunCommand {
     pub terminals: Terminals,
     /// The built-in tool: its spec, and background commands.
     pub builtin: Arc<dyn Tool>,
-}
-
-#[derive(Deserialize)]
-struct Args {
-    command: String,
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    timeout_secs: Option<u64>,
-    #[serde(default)]
-    background: bool,
 }
 
 /// How waiting for the command ended.
@@ -65,15 +51,12 @@ impl Tool for ClientRunCommand {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(arguments.clone())?;
+        let args = CommandArgs::parse(arguments.clone())?;
         if args.background {
             return self.builtin.call(arguments, ctx).await;
         }
         let cwd = self.workspace.resolve(args.cwd.as_deref().unwrap_or("."))?;
-        let timeout = args
-            .timeout_secs
-            .unwrap_or(DEFAULT_TIMEOUT)
-            .clamp(1, MAX_TIMEOUT);
+        let timeout = args.timeout_secs();
         let failed = |what: &str, e: agent_client_protocol::Error| {
             ToolError::Failed(format!("the editor's terminal {what}: {}", e.message))
         };

@@ -22,7 +22,7 @@ use toolwire_core::{
 };
 
 use crate::{Session, convert, notify, titles};
-use toolwire_core::tool_events::result_text;
+use toolwire_core::tool_events::{failure_text, result_text};
 use toolwire_engine::tools::builtin::UPDATE_PLAN;
 
 /// What is known of one call beyond what the tracker keeps.
@@ -208,11 +208,12 @@ impl<'a> Updates<'a> {
                 error,
                 message,
                 ..
-            } => {
-                let text = result_text(message, call_id);
-                let text = if text.is_empty() { error.clone() } else { text };
-                self.finish(call_id, ToolCallStatus::Failed, text, now)
-            }
+            } => self.finish(
+                call_id,
+                ToolCallStatus::Failed,
+                failure_text(message, call_id, error),
+                now,
+            ),
             AgentEvent::NotificationsInjected { notices, .. } => {
                 // After the result they ride on, as the model reads them.
                 self.flush_all(now)?;

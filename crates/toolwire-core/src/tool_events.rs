@@ -83,6 +83,17 @@ pub fn result_text(message: &Message, id: &ToolCallId) -> String {
         .collect()
 }
 
+/// What a failed call shows: its stored result, or the error when the
+/// failure stored no text of its own.
+pub fn failure_text(message: &Message, id: &ToolCallId, error: &str) -> String {
+    let text = result_text(message, id);
+    if text.is_empty() {
+        error.to_owned()
+    } else {
+        text
+    }
+}
+
 /// The tool-call changes `event` carries (none for most events).
 pub fn changes(event: &AgentEvent) -> Vec<ToolCallChange> {
     let announce = |id: &ToolCallId, name: &str| ToolCallChange::Announce {
@@ -156,13 +167,12 @@ pub fn changes(event: &AgentEvent) -> Vec<ToolCallChange> {
             message,
             ..
         } => {
-            let text = result_text(message, call_id);
-            // A failure stored no text of its own: the error says it.
-            let text = if text.is_empty() { error.clone() } else { text };
             vec![ToolCallChange::patch(
                 ToolCallPatch::new(call_id.clone())
                     .status(ToolCallStatus::Failed)
-                    .content(vec![ToolCallContent::text(text)]),
+                    .content(vec![ToolCallContent::text(failure_text(
+                        message, call_id, error,
+                    ))]),
             )]
         }
         _ => Vec::new(),

@@ -1,11 +1,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The built-in tools against real directories.
 
+mod support;
+
 use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::gone;
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 use toolwire_core::{Progress, ToolCallId};
@@ -678,26 +681,6 @@ async fn cancelling_kills_the_whole_process_group() {
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!f.path("marker").exists(), "the child ran to completion");
-}
-
-/// A killed orphan may linger as a zombie until init reaps it; that is gone
-/// for our purposes.
-async fn gone(pid: u32) -> bool {
-    for _ in 0..50 {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return true,
-            Ok(stat)
-                if stat
-                    .rsplit(')')
-                    .next()
-                    .is_some_and(|s| s.trim_start().starts_with('Z')) =>
-            {
-                return true;
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    false
 }
 
 #[tokio::test]

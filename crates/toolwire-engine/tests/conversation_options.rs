@@ -58,6 +58,18 @@ async fn setup() -> (Engine, ConversationId, tempfile::TempDir) {
     (engine, conv, dir)
 }
 
+/// A turn a front door starts with `risky` needing approval; the model
+/// calls no tool in it, so it ends.
+async fn answer_with_risky_gated(engine: &Engine, conv: ConversationId) {
+    let outcome = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap()
+        .wait()
+        .await;
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+}
+
 /// Waits for the end of the next turn that starts.
 async fn next_turn_end(events: &mut toolwire_engine::Subscription) -> StopReason {
     loop {
@@ -92,13 +104,7 @@ async fn assert_paused_on_risky(engine: &Engine, conv: ConversationId) {
 #[tokio::test]
 async fn a_wake_turn_keeps_the_conversations_approvals() {
     let (engine, conv, _dir) = setup().await;
-    let outcome = engine
-        .send_with(conv, "hi", None, approval_of(&["risky"]))
-        .await
-        .unwrap()
-        .wait()
-        .await;
-    assert_eq!(outcome.reason, StopReason::EndTurn);
+    answer_with_risky_gated(&engine, conv).await;
     let mut events = engine.subscribe(conv);
     let notified = engine
         .notify(conv, Incoming::text("ci", Priority::High, "deployed"))
@@ -143,13 +149,7 @@ async fn a_late_interjection_starts_a_turn_with_the_same_options() {
 #[tokio::test]
 async fn an_interjection_with_no_turn_running_keeps_the_options() {
     let (engine, conv, _dir) = setup().await;
-    let outcome = engine
-        .send_with(conv, "hi", None, approval_of(&["risky"]))
-        .await
-        .unwrap()
-        .wait()
-        .await;
-    assert_eq!(outcome.reason, StopReason::EndTurn);
+    answer_with_risky_gated(&engine, conv).await;
     let Interjection::Started(handle) = engine.interject(conv, "check it").await.unwrap() else {
         panic!("no turn runs: the interjection should start one");
     };
@@ -186,12 +186,6 @@ async fn a_wake_with_no_remembered_options_starts_no_turn() {
         "a wake started a turn with no remembered options"
     );
     // The next turn a front door starts carries them.
-    let outcome = engine
-        .send_with(conv, "hi", None, approval_of(&["risky"]))
-        .await
-        .unwrap()
-        .wait()
-        .await;
-    assert_eq!(outcome.reason, StopReason::EndTurn);
+    answer_with_risky_gated(&engine, conv).await;
     assert!(!engine.has_pending_notifications(conv));
 }

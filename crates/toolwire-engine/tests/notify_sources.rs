@@ -344,25 +344,6 @@ async fn background_tasks_outlive_a_cancelled_turn_and_stay_in_their_conversatio
     assert_eq!(other, "No background tasks in this conversation.");
 }
 
-/// Whether process `pid` has exited (or is a zombie waiting to be reaped).
-async fn gone(pid: u32) -> bool {
-    for _ in 0..50 {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return true,
-            Ok(stat)
-                if stat
-                    .rsplit(')')
-                    .next()
-                    .is_some_and(|s| s.trim_start().starts_with('Z')) =>
-            {
-                return true;
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    false
-}
-
 #[tokio::test]
 async fn background_tasks_die_with_the_tools() {
     let root = tempfile::tempdir().unwrap();

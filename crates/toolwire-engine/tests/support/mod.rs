@@ -391,3 +391,23 @@ pub fn type_of(event: &AgentEvent) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// Whether process `pid` has exited, or lingers as a zombie waiting to be
+/// reaped (gone for our purposes); waits up to 5 s.
+pub async fn gone(pid: u32) -> bool {
+    for _ in 0..50 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    false
+}

@@ -29,7 +29,7 @@ pub use plan::{
     UpdatePlan, parse_plan,
 };
 pub use read_file::ReadFile;
-pub use run_command::RunCommand;
+pub use run_command::{CommandArgs, RunCommand};
 pub use search::Search;
 pub use tasks::{BackgroundTasks, TaskStatus};
 pub use workspace::Workspace;

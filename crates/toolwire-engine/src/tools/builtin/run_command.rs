@@ -33,16 +33,38 @@ pub struct RunCommand {
     spec: ToolSpec,
 }
 
-#[derive(Deserialize)]
+/// `run_command`'s arguments, checked; shared with front doors that run
+/// the command elsewhere (an editor's terminal), so both accept the same.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {
-    command: String,
+pub struct CommandArgs {
+    pub command: String,
     #[serde(default)]
-    cwd: Option<String>,
+    pub cwd: Option<String>,
     #[serde(default)]
     timeout_secs: Option<u64>,
     #[serde(default)]
-    background: bool,
+    pub background: bool,
+}
+
+impl CommandArgs {
+    /// Parses and checks `arguments`.
+    pub fn parse(arguments: Value) -> Result<CommandArgs, ToolError> {
+        let args: CommandArgs = parse_args(arguments)?;
+        if let Some(timeout) = args.timeout_secs
+            && !(1..=MAX_TIMEOUT).contains(&timeout)
+        {
+            return Err(ToolError::InvalidArguments(format!(
+                "timeout_secs must be between 1 and {MAX_TIMEOUT}, got {timeout}"
+            )));
+        }
+        Ok(args)
+    }
+
+    /// The time limit of a command in the foreground, in seconds.
+    pub fn timeout_secs(&self) -> u64 {
+        self.timeout_secs.unwrap_or(DEFAULT_TIMEOUT)
+    }
 }
 
 impl RunCommand {
@@ -83,14 +105,7 @@ impl Tool for RunCommand {
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(arguments)?;
-        if let Some(timeout) = args.timeout_secs
-            && !(1..=MAX_TIMEOUT).contains(&timeout)
-        {
-            return Err(ToolError::InvalidArguments(format!(
-                "timeout_secs must be between 1 and {MAX_TIMEOUT}, got {timeout}"
-            )));
-        }
+        let args = CommandArgs::parse(arguments)?;
         let cwd = self.workspace.resolve(args.cwd.as_deref().unwrap_or("."))?;
         match tokio::fs::metadata(&cwd).await {
             Ok(meta) if meta.is_dir() => {}
@@ -121,7 +136,7 @@ impl Tool for RunCommand {
                 args.command
             )));
         }
-        let timeout = args.timeout_secs.unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = args.timeout_secs();
         let Spawned {
             mut child,
             mut group,
