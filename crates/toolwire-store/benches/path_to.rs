@@ -28,6 +28,11 @@ use tokio::runtime::Runtime;
 use toolwire_core::{ContentBlock, Message, MessageId, Role, Usage};
 use toolwire_store::Store;
 
+/// The allocator the `toolwire` binary uses, so that the figures are the
+/// binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const CHAIN: usize = 10_000;
 
 fn message(store_leaf: MessageId, c: toolwire_core::ConversationId, i: usize) -> Message {

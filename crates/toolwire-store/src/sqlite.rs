@@ -115,14 +115,15 @@ impl SqliteStore {
         let (reader, writer) = (Arc::clone(readers), Arc::clone(writer));
         let (to, mut chunks) = tokio::sync::mpsc::unbounded_channel();
         let read = tokio::task::spawn_blocking(move || {
-            reader.path(&writer, leaf, &mut raw::Sink::new(to))
+            let pool = Arc::clone(reader.pool());
+            reader.path(&writer, leaf, &mut raw::Sink::new(to, pool))
         });
         // Decoded here while the reader reads on (see [`raw`]).
         let mut decoded = raw::Decoded::default();
         let mut failed = Ok(());
         while let Some(chunk) = chunks.recv().await {
             if failed.is_ok() {
-                failed = decoded.decode(chunk);
+                failed = decoded.decode(chunk, readers.pool());
             }
         }
         let read = joined(read).await?;
@@ -192,6 +193,8 @@ mod reader {
         /// [`SqliteStore::keep_paths`]: super::SqliteStore::keep_paths
         keep: bool,
         kept: Mutex<Kept>,
+        /// Chunk buffers for the reads' rows (see [`raw::Pool`]).
+        pool: Arc<super::raw::Pool>,
     }
 
     impl Readers {
@@ -201,7 +204,12 @@ mod reader {
                 idle: Mutex::new(Vec::new()),
                 keep,
                 kept: Mutex::new(Kept::default()),
+                pool: Arc::default(),
             }
+        }
+
+        pub(super) fn pool(&self) -> &Arc<super::raw::Pool> {
+            &self.pool
         }
 
         pub(super) fn file(&self) -> &std::path::Path {
@@ -282,11 +290,14 @@ mod reader {
                     let mut ranges = Vec::with_capacity(segments.len());
                     let mut len = 0;
                     for &(line, upto) in &segments {
-                        len += count(&tx, line, 0, upto)?;
+                        let (rows, first) = count(&tx, line, 0, upto)?;
+                        len += rows;
                         ranges.push(Range {
                             line,
                             after: 0,
                             upto,
+                            rows,
+                            first,
                             parent: None,
                         });
                     }
@@ -319,13 +330,16 @@ mod reader {
                         let kept_last = chunks.last().and_then(|c| c.last());
                         if kept_last.is_none_or(|r| r.seq < upto) {
                             let after = kept_last.map_or(0, |r| r.seq);
-                            part.fresh = count(&tx, line, after, upto)?;
+                            let (fresh, first) = count(&tx, line, after, upto)?;
+                            part.fresh = fresh;
                             part.after = Some(after);
                             if part.fresh > 0 {
                                 ranges.push(Range {
                                     line,
                                     after,
                                     upto,
+                                    rows: part.fresh,
+                                    first,
                                     parent: last,
                                 });
                                 last = None;
@@ -564,8 +578,17 @@ mod reader {
          cached_tokens, cost, model, duration_ms, status, created_at \
          FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
 
+    /// [`LINE_ROWS`] through the table's own order (seq is the rowid)
+    /// rather than the line's index, skipping other lines' rows in the seq
+    /// range: when the line holds most of the range (a conversation
+    /// written alone), a step down the table is cheaper than one along the
+    /// index followed by a seek into the table.
+    pub(super) const LINE_ROWS_BY_SEQ: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
+         cached_tokens, cost, model, duration_ms, status, created_at \
+         FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND line = ?1 ORDER BY seq";
+
     const LINE_COUNT: &str =
-        "SELECT count(*) FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3";
+        "SELECT count(*), min(seq) FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3";
 
     /// The conversation of `leaf` and the lines its path crosses, root
     /// first, each with the seq of its last message on the path.
@@ -583,16 +606,16 @@ mod reader {
         Ok((conversation, segments))
     }
 
-    /// How many messages of `line` have `after < seq <= upto`: rows and
-    /// paths are allocated at their size, where growing a 10,000-message
-    /// path by doubling took a fifth of the read (copies, and page faults
-    /// on each new buffer).
-    fn count(tx: &Connection, line: Uuid, after: i64, upto: i64) -> Result<usize> {
-        let n: i64 = tx
+    /// The messages of `line` with `after < seq <= upto`: how many (rows
+    /// and paths are allocated at their size, where growing a
+    /// 10,000-message path by doubling took a fifth of the read: copies,
+    /// and page faults on each new buffer), and the first one's seq.
+    fn count(tx: &Connection, line: Uuid, after: i64, upto: i64) -> Result<(usize, i64)> {
+        let (n, first): (i64, Option<i64>) = tx
             .prepare_cached(LINE_COUNT)?
-            .query_row((line, after, upto), |r| r.get(0))?;
+            .query_row((line, after, upto), |r| Ok((r.get(0)?, r.get(1)?)))?;
         // A count is never negative.
-        Ok(usize::try_from(n).unwrap_or(0))
+        Ok((usize::try_from(n).unwrap_or(0), first.unwrap_or(upto)))
     }
 
     /// The path along `segments`, read whole (nothing kept).
@@ -603,7 +626,7 @@ mod reader {
     ) -> Result<Vec<Message>> {
         let mut len = 0;
         for &(line, upto) in segments {
-            len += count(tx, line, 0, upto)?;
+            len += count(tx, line, 0, upto)?.0;
         }
         let mut path: Vec<Message> = Vec::with_capacity(len);
         for &(line, upto) in segments {
@@ -620,6 +643,9 @@ mod reader {
         line: Uuid,
         after: i64,
         upto: i64,
+        /// How many there are, and the first one's seq.
+        rows: usize,
+        first: i64,
         /// The parent of the first, when it is not the last row read
         /// before it.
         parent: Option<Option<Uuid>>,
@@ -627,11 +653,19 @@ mod reader {
 
     /// The rows of `ranges`, in order, sent raw to `sink`.
     fn read_raw(tx: &Connection, ranges: &[Range], sink: &mut Sink) -> Result<()> {
-        let mut statement = tx.prepare_cached(LINE_ROWS)?;
         let mut last = None;
         for range in ranges {
             let mut parent = range.parent.unwrap_or(last);
-            let mut rows = statement.query((range.line, range.after, range.upto))?;
+            // By seq, other lines' rows between the first and the last
+            // cost a step each: the line must hold at least half of them.
+            let span = u64::try_from(range.upto - range.first + 1).unwrap_or(u64::MAX);
+            let (sql, after) = if span <= 2 * range.rows as u64 {
+                (LINE_ROWS_BY_SEQ, range.first - 1)
+            } else {
+                (LINE_ROWS, range.after)
+            };
+            let mut statement = tx.prepare_cached(sql)?;
+            let mut rows = statement.query((range.line, after, range.upto))?;
             while let Some(r) = rows.next()? {
                 parent = Some(sink.push(r, parent)?);
             }

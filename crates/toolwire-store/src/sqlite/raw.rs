@@ -1,12 +1,14 @@
 //! A path's rows between the reader's blocking thread, which steps SQLite,
-//! and the caller's, which decodes them: copied out raw, a few hundred at a
-//! time, so that decoding goes on while SQLite reads the next rows, and the
+//! and the caller's, which decodes them: copied out raw in chunks (of 128
+//! rows, growing to 1,024), so that decoding goes on while SQLite reads the
+//! next rows, in buffers the two threads pass back and forth, and the
 //! messages are allocated on the thread that will free them (decoded on a
 //! blocking thread and freed on the caller's, a 10,000-message path took
 //! hundreds of page faults a read, glibc handing the memory back to the
 //! system after each read).
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Row as SqlRow;
 use rusqlite::types::ValueRef;
@@ -17,12 +19,17 @@ use uuid::Uuid;
 use crate::rows::{MessageParts, Ts};
 use crate::{Result, StoreError};
 
-/// Rows sent at a time: small enough that decoding starts soon after the
-/// read does, large enough that waking the caller costs little.
-const CHUNK_ROWS: usize = 256;
+/// Rows of a read's first chunk: few, so that decoding starts soon after
+/// the read does. Each further chunk is twice the one before, up to
+/// [`CHUNK_ROWS_MAX`]: every chunk wakes the caller (a futex wake and a
+/// context switch on each side, 40 of them a 10,000-row read at a fixed
+/// 256 rows), while the last chunk is decoded after the read has ended, so
+/// it must stay short.
+const CHUNK_ROWS_FIRST: usize = 128;
+const CHUNK_ROWS_MAX: usize = 1024;
 
-/// What a chunk's text takes, about, before it grows.
-const CHUNK_BYTES: usize = 64 << 10;
+/// What a row's text takes, about, before a chunk's buffer grows.
+const ROW_BYTES: usize = 256;
 
 /// A message's columns as read, its text in its chunk's buffer.
 struct RawRow {
@@ -50,21 +57,68 @@ pub(super) struct Chunk {
     text: Vec<u8>,
 }
 
+/// Chunk buffers the caller is done with, for the reader's next chunks:
+/// a chunk's buffers are written on one thread and freed on another, and
+/// allocated afresh each time they cost page faults on every chunk (the
+/// allocator hands such memory back to the system between reads).
+#[derive(Default)]
+pub(super) struct Pool {
+    free: Mutex<Vec<(Vec<RawRow>, Vec<u8>)>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let free = self.free.lock().map_or(0, |free| free.len());
+        f.debug_struct("Pool").field("free", &free).finish()
+    }
+}
+
+/// Buffers kept in a [`Pool`]: enough for a read in flight.
+const POOL_KEPT: usize = 16;
+
+impl Pool {
+    fn take(&self) -> Option<(Vec<RawRow>, Vec<u8>)> {
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    fn give(&self, mut rows: Vec<RawRow>, mut text: Vec<u8>) {
+        rows.clear();
+        text.clear();
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        if free.len() < POOL_KEPT {
+            free.push((rows, text));
+        }
+    }
+}
+
 /// The blocking side: copies rows out and sends them on in chunks.
 pub(super) struct Sink {
     to: UnboundedSender<Chunk>,
+    pool: Arc<Pool>,
     conversation: Uuid,
     expect: usize,
+    /// Rows the chunk being filled is sent at.
+    rows: usize,
     chunk: Chunk,
 }
 
 impl Sink {
-    pub(super) fn new(to: UnboundedSender<Chunk>) -> Sink {
+    pub(super) fn new(to: UnboundedSender<Chunk>, pool: Arc<Pool>) -> Sink {
         Sink {
             to,
+            pool,
             conversation: Uuid::nil(),
             expect: 0,
-            chunk: Chunk::empty(Uuid::nil(), 0),
+            rows: CHUNK_ROWS_FIRST,
+            chunk: Chunk {
+                conversation: Uuid::nil(),
+                expect: 0,
+                rows: Vec::new(),
+                text: Vec::new(),
+            },
         }
     }
 
@@ -72,7 +126,8 @@ impl Sink {
     pub(super) fn start(&mut self, conversation: Uuid, expect: usize) {
         self.conversation = conversation;
         self.expect = expect;
-        self.chunk = Chunk::empty(conversation, expect);
+        self.rows = CHUNK_ROWS_FIRST;
+        self.chunk = self.empty();
     }
 
     /// Copies the row `r` (of the reader's `LINE_ROWS`), whose parent is
@@ -116,7 +171,7 @@ impl Sink {
             duration_ms: int(9)?,
             created_at: r.get(11)?,
         });
-        if self.chunk.rows.len() == CHUNK_ROWS {
+        if self.chunk.rows.len() >= self.rows {
             self.flush();
         }
         Ok(id)
@@ -127,22 +182,27 @@ impl Sink {
         if self.chunk.rows.is_empty() {
             return;
         }
-        let chunk = std::mem::replace(
-            &mut self.chunk,
-            Chunk::empty(self.conversation, self.expect),
-        );
+        self.rows = (self.rows * 2).min(CHUNK_ROWS_MAX);
+        let next = self.empty();
+        let chunk = std::mem::replace(&mut self.chunk, next);
         // The caller stopped listening: it has given up on the read.
         let _ = self.to.send(chunk);
     }
-}
 
-impl Chunk {
-    fn empty(conversation: Uuid, expect: usize) -> Chunk {
+    /// A chunk to fill, in buffers from the pool when it has some.
+    fn empty(&self) -> Chunk {
+        let rows = self.rows.min(self.expect);
+        let (rows, text) = self.pool.take().unwrap_or_else(|| {
+            (
+                Vec::with_capacity(rows),
+                Vec::with_capacity(rows * ROW_BYTES),
+            )
+        });
         Chunk {
-            conversation,
-            expect,
-            rows: Vec::with_capacity(CHUNK_ROWS.min(expect)),
-            text: Vec::with_capacity(if expect == 0 { 0 } else { CHUNK_BYTES }),
+            conversation: self.conversation,
+            expect: self.expect,
+            rows,
+            text,
         }
     }
 }
@@ -157,7 +217,14 @@ pub(super) struct Decoded {
 }
 
 impl Decoded {
-    pub(super) fn decode(&mut self, chunk: Chunk) -> Result<()> {
+    /// Decodes `chunk` and gives its buffers back to `pool`.
+    pub(super) fn decode(&mut self, chunk: Chunk, pool: &Pool) -> Result<()> {
+        let decoded = self.decode_rows(&chunk);
+        pool.give(chunk.rows, chunk.text);
+        decoded
+    }
+
+    fn decode_rows(&mut self, chunk: &Chunk) -> Result<()> {
         if self.messages.capacity() == 0 {
             self.messages.reserve_exact(chunk.expect);
             self.seqs.reserve_exact(chunk.expect);
