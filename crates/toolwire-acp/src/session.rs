@@ -51,13 +51,16 @@ pub(crate) async fn run_prompt(
         })?;
     // The follower runs in its own task and hands batches over a channel,
     // so that waiting for the next batch can race the coalescing timer
-    // without losing events (an mpsc receive can be abandoned safely).
-    let (batches_tx, mut batches) = tokio::sync::mpsc::unbounded_channel();
+    // without losing events (an mpsc receive can be abandoned safely). The
+    // channel is bounded: while the editor reads slowly the follower waits,
+    // falls behind the live events and catches up from the store, instead
+    // of batches piling up here.
+    let (batches_tx, mut batches) = tokio::sync::mpsc::channel(FOLLOW_BATCHES);
     let forward = tokio::spawn(async move {
         loop {
             match follower.next().await {
                 Ok(Some(batch)) => {
-                    if batches_tx.send(batch).is_err() {
+                    if batches_tx.send(batch).await.is_err() {
                         return;
                     }
                 }
@@ -101,7 +104,11 @@ impl Drop for AbortOnDrop {
     }
 }
 
-type Batches = tokio::sync::mpsc::UnboundedReceiver<Vec<toolwire_store::StoredEvent>>;
+type Batches = tokio::sync::mpsc::Receiver<Vec<toolwire_store::StoredEvent>>;
+
+/// Batches of events waiting for the editor: enough to ride out a pause in
+/// its reading; beyond it, the store holds them.
+const FOLLOW_BATCHES: usize = 64;
 
 /// The turn loop of [`run_prompt`]: events to updates, pauses to
 /// permission requests, to the turn's end.

@@ -459,9 +459,11 @@ impl TrackerMetrics {
     }
 }
 
-/// The last `limit` bytes of a command's output and how much was cut.
-#[derive(Debug, Default)]
-struct OutputTail {
+/// The last `limit` bytes of a command's output and how much was cut: what
+/// a client that is shown output whole (not appended) is sent, and what a
+/// front door keeps of a running call's output.
+#[derive(Debug, Default, Clone)]
+pub struct OutputTail {
     // Grows to twice the limit before it is cut, so appending costs
     // amortized O(data), not a 64 KiB move per line.
     buf: String,
@@ -469,7 +471,8 @@ struct OutputTail {
 }
 
 impl OutputTail {
-    fn push(&mut self, data: &str, limit: usize) {
+    /// Appends `data`, dropping what falls out of the last `limit` bytes.
+    pub fn push(&mut self, data: &str, limit: usize) {
         self.buf.push_str(data);
         if self.buf.len() > limit.saturating_mul(2) {
             let cut = cut_point(&self.buf, self.buf.len() - limit);
@@ -478,7 +481,9 @@ impl OutputTail {
         }
     }
 
-    fn render(&self, limit: usize) -> String {
+    /// The last `limit` bytes (from a line start), after a line saying how
+    /// many bytes were cut before them, if any were.
+    pub fn render(&self, limit: usize) -> String {
         let cut = if self.buf.len() > limit {
             cut_point(&self.buf, self.buf.len() - limit)
         } else {

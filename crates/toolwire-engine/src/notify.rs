@@ -62,14 +62,72 @@ impl NotificationSettings {
 /// [`InjectionMode::SyntheticTool`]; the model is told never to call it.
 pub const NOTIFICATION_TOOL: &str = "_system_notification";
 
+/// Conversations that hear about workspace-wide events: the ones a turn ran
+/// in most recently. A long-running server works on ever more of them,
+/// and a file change is not news to a conversation left long ago.
+pub(crate) const ATTACHED_MAX: usize = 4096;
+
+/// Queues kept: beyond this, empty queues (their rate-limit state only)
+/// are let go, those touched longest ago first. Above [`ATTACHED_MAX`], as
+/// every attached conversation may have one.
+pub(crate) const QUEUES_MAX: usize = 2 * ATTACHED_MAX;
+
 /// The queues of every conversation, and which conversations this engine
 /// has worked on (those hear about workspace-wide events).
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
-    queues: Mutex<HashMap<ConversationId, NotificationQueue>>,
-    attached: Mutex<HashSet<ConversationId>>,
+    queues: Mutex<Queues>,
+    /// Each attached conversation with when it was last attached.
+    attached: Mutex<Recent>,
     /// Conversations with a wake scheduled.
     waking: Mutex<HashSet<ConversationId>>,
+}
+
+/// Conversations with the tick each was last touched at.
+#[derive(Debug, Default)]
+struct Recent {
+    tick: u64,
+    at: HashMap<ConversationId, u64>,
+    /// How many there may be before the next trim: a trim that could let
+    /// few go is not tried again at once.
+    trim_at: usize,
+}
+
+impl Recent {
+    fn touch(&mut self, conversation: ConversationId) {
+        self.tick += 1;
+        self.at.insert(conversation, self.tick);
+    }
+
+    /// Forgets the least recently touched of those `can_go` allows to go,
+    /// until at most `max` are left (or none can go). Returns whether it
+    /// let any go.
+    fn trim(&mut self, max: usize, mut can_go: impl FnMut(&ConversationId) -> bool) -> bool {
+        if self.at.len() <= max.max(self.trim_at) {
+            return false;
+        }
+        // Down to nine tenths at once, so that trimming is rare.
+        let mut by_age: Vec<(u64, ConversationId)> = self
+            .at
+            .iter()
+            .filter(|(c, _)| can_go(c))
+            .map(|(c, t)| (*t, *c))
+            .collect();
+        by_age.sort_unstable();
+        let excess = self.at.len() - max * 9 / 10;
+        let before = self.at.len();
+        for (_, conversation) in by_age.into_iter().take(excess) {
+            self.at.remove(&conversation);
+        }
+        self.trim_at = self.at.len() + max / 10;
+        self.at.len() < before
+    }
+}
+
+#[derive(Debug, Default)]
+struct Queues {
+    by_conversation: HashMap<ConversationId, NotificationQueue>,
+    recent: Recent,
 }
 
 impl Hub {
@@ -82,10 +140,22 @@ impl Hub {
     ) -> toolwire_core::notification::Admission {
         let now = tokio::time::Instant::now().into_std();
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        queues
+        let queues = &mut *queues;
+        queues.recent.touch(conversation);
+        let admission = queues
+            .by_conversation
             .entry(conversation)
             .or_insert_with(|| NotificationQueue::new(config.clone()))
-            .push(event, now)
+            .push(event, now);
+        let by_conversation = &queues.by_conversation;
+        let trimmed = queues.recent.trim(QUEUES_MAX, |c| {
+            by_conversation.get(c).is_none_or(|q| q.is_empty())
+        });
+        if trimmed {
+            let recent = &queues.recent.at;
+            queues.by_conversation.retain(|c, _| recent.contains_key(c));
+        }
+        admission
     }
 
     /// The next block for `conversation`, if anything waits.
@@ -93,13 +163,16 @@ impl Hub {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         // The queue stays, empty: its rate-limit buckets must outlive a
         // drain, or a storm would get a fresh burst after every block.
-        queues.get_mut(&conversation)?.drain()
+        queues.by_conversation.get_mut(&conversation)?.drain()
     }
 
     /// Whether anything waits for `conversation`.
     pub(crate) fn has_pending(&self, conversation: ConversationId) -> bool {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        queues.get(&conversation).is_some_and(|q| !q.is_empty())
+        queues
+            .by_conversation
+            .get(&conversation)
+            .is_some_and(|q| !q.is_empty())
     }
 
     /// Schedules a wake; false if one is already scheduled.
@@ -144,17 +217,17 @@ impl Hub {
     }
 
     pub(crate) fn attach(&self, conversation: ConversationId) {
-        self.attached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(conversation);
+        let mut attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        attached.touch(conversation);
+        attached.trim(ATTACHED_MAX, |_| true);
     }
 
     pub(crate) fn attached(&self) -> Vec<ConversationId> {
         self.attached
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
+            .at
+            .keys()
             .copied()
             .collect()
     }
@@ -274,5 +347,36 @@ mod tests {
         );
         hub.wake_done(conv);
         assert!(hub.schedule_wake(conv));
+    }
+
+    /// A long-running engine forgets the conversations it worked on
+    /// longest ago, and the empty queues touched longest ago, but never a
+    /// queue with something waiting.
+    #[tokio::test]
+    async fn attached_conversations_and_queues_stay_bounded() {
+        let (hub, config) = (Hub::default(), NotifyConfig::default());
+        let first = ConversationId::new();
+        hub.push(
+            &config,
+            first,
+            Incoming::text("ci", Priority::Normal, "waiting"),
+        );
+        hub.attach(first);
+        let mut latest = first;
+        for _ in 0..QUEUES_MAX + 500 {
+            latest = ConversationId::new();
+            hub.attach(latest);
+            hub.push(&config, latest, Incoming::text("ci", Priority::Normal, "x"));
+            hub.drain(latest);
+        }
+        let attached = hub.attached();
+        assert!(attached.len() <= ATTACHED_MAX, "{}", attached.len());
+        assert!(attached.contains(&latest));
+        assert!(!attached.contains(&first));
+        let queues = hub.queues.lock().unwrap().by_conversation.len();
+        assert!(queues <= QUEUES_MAX, "{queues}");
+        // The oldest queue still had something waiting: it stays.
+        assert!(hub.has_pending(first));
+        assert_eq!(texts(&hub.drain(first).unwrap()), ["waiting"]);
     }
 }

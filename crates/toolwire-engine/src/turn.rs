@@ -28,6 +28,10 @@ use crate::notify::{InjectionMode, NOTIFICATION_TOOL};
 use crate::provider::{ModelRequest, ToolFormat, xml_format};
 use crate::tools::{ProgressHandle, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
+/// Progress reports of a step's tools waiting to be stored: a tool that
+/// reports faster than they are stored waits for room.
+const PROGRESS_QUEUED: usize = 256;
+
 /// How a turn begins.
 pub(crate) enum Start {
     /// With a new user message (its parent set).
@@ -680,7 +684,8 @@ impl Turn<'_> {
         path: Vec<Message>,
     ) -> Result<(), Stop> {
         let path: Arc<[Message]> = path.into();
-        let (progress_tx, mut progress_rx) = mpsc::channel::<(ToolCallId, Progress)>(256);
+        let (progress_tx, mut progress_rx) =
+            mpsc::channel::<(ToolCallId, Progress)>(PROGRESS_QUEUED);
         let mut queue: VecDeque<PendingCall> = calls.into();
         let mut running: JoinSet<(ToolCallId, Result<ToolOutput, ToolError>, Duration)> =
             JoinSet::new();
@@ -934,7 +939,11 @@ impl Turn<'_> {
         rx: &mut mpsc::Receiver<(ToolCallId, Progress)>,
     ) -> Result<(), Stop> {
         let mut waiting = vec![first];
-        while let Ok(next) = rx.try_recv() {
+        // At most a queue's worth: tools that keep reporting while these
+        // are stored must not keep this batch growing.
+        while waiting.len() < PROGRESS_QUEUED
+            && let Ok(next) = rx.try_recv()
+        {
             waiting.push(next);
         }
         let mut joined: Vec<(ToolCallId, Progress)> = Vec::with_capacity(waiting.len());

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Gate, GatedCall, Message, MessageId, PendingApproval, Role, RunId,
-    ToolCallChange, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker,
-    TrackerConfig, kind_of, tool_events,
+    AgentEvent, ContentBlock, Gate, GatedCall, Message, MessageId, OutputTail, PendingApproval,
+    Role, RunId, ToolCallChange, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus,
+    ToolCallTracker, TrackerConfig, kind_of, tool_events,
 };
 use toolwire_store::StoredEvent;
 
@@ -32,8 +32,16 @@ struct Card {
     status: ToolCallStatus,
     /// The argument fields complete so far (all of them once generated).
     arguments: Map<String, Value>,
-    output: String,
+    /// The output's last [`output_kept`] bytes: a command may print
+    /// gigabytes, and every socket keeps its own cards.
+    output: OutputTail,
     result: Option<String>,
+}
+
+/// How much of a call's output a card keeps for a client that connects
+/// mid-turn: what the tracker shows of output, too.
+fn output_kept() -> usize {
+    TrackerConfig::default().output_limit
 }
 
 /// The live view's name of a call's status.
@@ -243,7 +251,7 @@ impl Renderer {
                     message_id: self.step,
                     status: ToolCallStatus::Pending,
                     arguments: Map::new(),
-                    output: String::new(),
+                    output: OutputTail::default(),
                     result: None,
                 });
                 self.cards.len() - 1
@@ -321,7 +329,7 @@ impl Renderer {
                 }
                 ToolCallChange::Output { id, text } => {
                     if let Some(card) = self.card_mut(&id) {
-                        card.output.push_str(&text);
+                        card.output.push(&text, output_kept());
                     }
                     if let Ok(Some(p)) = self.tracker.append_output(&id, &text, now) {
                         frames.push(self.tool_update(seq, &p));
@@ -415,7 +423,7 @@ fn card_json(card: &Card) -> Value {
         "tool_name": card.name,
         "status": status_name(card.status),
         "arguments": card.arguments,
-        "output": card.output,
+        "output": card.output.render(output_kept()),
         "result": card.result,
     })
 }
@@ -443,4 +451,69 @@ pub fn paused_state(pending: &PendingApproval) -> Value {
         "tool_calls": cards,
         "pending_approval": waiting,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use toolwire_core::Progress;
+
+    /// A command printing far more than a card keeps: a client connecting
+    /// mid-turn is shown the tail, after a line saying what was cut.
+    #[test]
+    fn a_card_keeps_the_tail_of_long_output() {
+        let mut renderer = Renderer::default();
+        let run_id = RunId::new();
+        let call_id = ToolCallId("call_1".into());
+        let now = Instant::now();
+        let mut seq = 0;
+        let mut feed = |renderer: &mut Renderer, event: AgentEvent| {
+            seq += 1;
+            renderer.event(&StoredEvent { seq, event }, now);
+        };
+        feed(
+            &mut renderer,
+            AgentEvent::ToolCallStarted {
+                run_id,
+                call_id: call_id.clone(),
+                name: "run_command".into(),
+                server: None,
+            },
+        );
+        let line = "x".repeat(79) + "\n";
+        for i in 0..5_000 {
+            feed(
+                &mut renderer,
+                AgentEvent::ToolExecutionProgress {
+                    run_id,
+                    call_id: call_id.clone(),
+                    progress: Progress::Output {
+                        text: format!("{i:05} {line}"),
+                    },
+                },
+            );
+        }
+        let state = renderer.turn_state().unwrap();
+        let output = state["tool_calls"][0]["output"].as_str().unwrap();
+        let printed = 5_000 * (6 + line.len());
+        assert!(
+            output.len() <= output_kept() + 100,
+            "{} bytes",
+            output.len()
+        );
+        assert!(output.len() >= output_kept() - line.len() - 6);
+        let (marker, tail) = output.split_once('\n').unwrap();
+        let cut: usize = marker
+            .trim_start_matches("… ")
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(cut + tail.len(), printed, "{marker}");
+        assert!(tail.starts_with(|c: char| c.is_ascii_digit()));
+        assert!(tail.ends_with(&format!("04999 {line}")));
+    }
 }
