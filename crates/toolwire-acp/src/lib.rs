@@ -295,7 +295,8 @@ impl AcpAgent {
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
-            .mcp_capabilities(McpCapabilities::new())
+            // Streamable HTTP; SSE is deprecated in MCP and not offered.
+            .mcp_capabilities(McpCapabilities::new().http(true))
             .meta(agent_meta());
         responder.respond(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
@@ -309,8 +310,9 @@ impl AcpAgent {
 
     /// The engine's tools with the built-in ones rooted at `cwd` (file
     /// and terminal tools through the editor when it offers them), and the
-    /// tools of the client's stdio MCP servers (a server that fails to
-    /// start is logged and left out; other transports are not offered).
+    /// tools of the client's stdio and streamable HTTP MCP servers (a
+    /// server that fails to start or to connect is logged and left out; SSE
+    /// servers are not offered, and left out with a warning).
     async fn tools_for(
         &self,
         cwd: &Path,
@@ -370,18 +372,37 @@ impl AcpAgent {
         }
         let configs = mcp_servers.iter().filter_map(|server| match server {
             McpServer::Stdio(stdio) => Some(McpServerConfig {
-                name: stdio.name.clone(),
-                command: stdio.command.display().to_string(),
                 args: stdio.args.clone(),
                 env: stdio
                     .env
                     .iter()
                     .map(|v| (v.name.clone(), v.value.clone()))
                     .collect(),
-                timeout_secs: None,
+                ..McpServerConfig::stdio(&stdio.name, stdio.command.display().to_string())
             }),
-            other => {
-                tracing::warn!(server = ?other, "only stdio MCP servers are supported");
+            McpServer::Http(http) => Some(McpServerConfig {
+                headers: http
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+                ..McpServerConfig::http(&http.name, &http.url)
+            }),
+            // Named, with the URL redacted and without headers: either may
+            // hold credentials.
+            McpServer::Sse(sse) => {
+                tracing::warn!(
+                    server = %sse.name,
+                    url = %mcp::redact_url(&sse.url),
+                    "SSE MCP servers are not supported (the transport is deprecated in MCP); \
+                     use streamable HTTP"
+                );
+                None
+            }
+            // Not shown with `Debug`, which would show whatever credentials
+            // the unknown kind holds.
+            _ => {
+                tracing::warn!("an MCP server of a transport toolwire does not know is left out");
                 None
             }
         });

@@ -96,7 +96,9 @@ struct FileConfig {
     #[serde(default)]
     prices: PriceTable,
     /// MCP servers whose tools the model gets as `NAME__tool`:
-    /// `[mcp_servers.NAME]` `command = "npx"`, `args = [...]`, `env = {...}`.
+    /// `[mcp_servers.NAME]` with `command = "npx"`, `args = [...]`,
+    /// `env = {...}` (stdio), or `url = "https://…"`, `headers = {...}`
+    /// (streamable HTTP).
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
     /// Bearer keys `serve` accepts; without any it listens on loopback only.
@@ -276,6 +278,20 @@ impl EngineArgs {
             Some(dir) => dir,
             None => std::env::current_dir().context("reading the working directory")?,
         };
+        // Checked here so that a server configured wrong stops the start
+        // like any other config error, rather than being a warning later.
+        let mcp_servers = file
+            .mcp_servers
+            .into_iter()
+            .map(|(name, config)| {
+                let config = McpServerConfig { name, ..config };
+                config.validate().map(|()| config)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| match &self.config {
+                Some(path) => format!("config file {} is not valid", path.display()),
+                None => "the MCP servers are not valid".to_owned(),
+            })?;
         let defaults = EngineConfig::default();
         Ok(Settings {
             db: self
@@ -329,11 +345,7 @@ impl EngineArgs {
                 }
             },
             acp: file.acp.settings(),
-            mcp_servers: file
-                .mcp_servers
-                .into_iter()
-                .map(|(name, config)| McpServerConfig { name, ..config })
-                .collect(),
+            mcp_servers,
         })
     }
 }
@@ -490,5 +502,92 @@ impl Running {
     /// The directory watched for changes, if any.
     pub fn watching(&self) -> Option<&Path> {
         self.watcher.as_ref().map(WatchHandle::root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn resolve(toml: &str) -> Result<Settings> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolwire.toml");
+        std::fs::write(&path, toml).unwrap();
+        EngineArgs {
+            config: Some(path),
+            workspace: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        }
+        .resolve()
+    }
+
+    #[test]
+    fn mcp_servers_are_stdio_or_http_and_named_by_their_key() {
+        let settings = resolve(
+            r#"
+            [mcp_servers.local]
+            command = "npx"
+            args = ["-y", "@modelcontextprotocol/server-everything"]
+
+            [mcp_servers.remote]
+            url = "https://mcp.example.com/mcp"
+            headers = { Authorization = "Bearer secret" }
+            "#,
+        )
+        .unwrap();
+        let [local, remote] = &settings.mcp_servers[..] else {
+            panic!("{:?}", settings.mcp_servers);
+        };
+        assert_eq!(local.name, "local");
+        assert_eq!(local.command.as_deref(), Some("npx"));
+        assert_eq!(remote.name, "remote");
+        assert_eq!(remote.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(remote.headers["Authorization"], "Bearer secret");
+    }
+
+    #[test]
+    fn an_mcp_server_with_both_or_neither_transport_stops_the_start() {
+        for (toml, says) in [
+            (
+                "[mcp_servers.both]\ncommand = \"npx\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
+                "MCP server `both` is not configured right: give either `command`",
+            ),
+            (
+                "[mcp_servers.neither]\ntimeout_secs = 5\n",
+                "MCP server `neither` is not configured right: give `command`",
+            ),
+            (
+                "[mcp_servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+                 headers = { mcp-session-id = \"x\" }\n",
+                "MCP server `web` is not configured right: header `mcp-session-id` cannot be \
+                 given",
+            ),
+        ] {
+            let Err(error) = resolve(toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(
+                message.contains("is not valid") && message.contains(says),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_mcp_url_that_is_not_valid_is_not_echoed() {
+        let toml = "[mcp_servers.web]\nurl = \"ftp://user:s3cret@example.com/mcp?key=s3cret\"\n";
+        let Err(error) = resolve(toml) else {
+            panic!("{toml} was accepted");
+        };
+        let message = format!("{error:#}");
+        assert!(
+            message.contains("MCP server `web` is not configured right")
+                && message.contains("http:// or https://")
+                && !message.contains("s3cret"),
+            "{message}"
+        );
     }
 }
