@@ -115,6 +115,9 @@ pub async fn serve(
     if state.settings.api_keys.is_empty() && !addr.ip().is_loopback() {
         return Err(ServeError::Unprotected(addr));
     }
+    if let Err(e) = letta::agents::index_owners(&state).await {
+        tracing::warn!(error = %e.message, "indexing the agents' conversations");
+    }
     letta::approvals::arm_all(&state).await;
     // Open streams end when the server stops, so that the graceful
     // shutdown does not wait on them forever.

@@ -932,3 +932,32 @@ async fn a_socket_carries_its_key_in_the_query() {
     }
     s.stop().await;
 }
+
+/// An agent stored without the document naming its conversation's owner
+/// (by an older version) is found again at start-up: a turn the live view
+/// starts in its conversation still waits for the agent's approvals.
+#[tokio::test]
+async fn an_agent_stored_without_its_owner_document_is_indexed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let s = server(&dir, TWO_CALLS).await;
+    let id = agent_with(&s, DICE, true).await;
+    s.stop().await;
+    let store = toolwire_store::open(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .delete_document("agent_by_conversation", &id)
+            .await
+            .unwrap()
+    );
+    drop(store);
+
+    let s = server(&dir, TWO_CALLS).await;
+    let (mut socket, _) = snapshot(&s, &id).await;
+    send(&s, &id, "roll two").await;
+    let frames = frames_until(&mut socket, is_stop).await;
+    assert_eq!(frames.last().unwrap()["reason"], "requires_approval");
+    s.stop().await;
+}

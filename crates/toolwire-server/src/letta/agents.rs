@@ -109,6 +109,65 @@ pub async fn load(state: &AppState, id: &str) -> ApiResult<AgentRecord> {
         .map_err(|e| ApiError::internal(format!("agent {id} is unreadable: {e}")))
 }
 
+/// The documents that say which agent owns a conversation (id: the
+/// conversation's), so that finding a conversation's agent does not read
+/// every agent. An agent's conversation never changes.
+const BY_CONVERSATION: &str = "agent_by_conversation";
+
+/// The id of the agent that owns `conversation`, if one does.
+pub(crate) async fn owner_id(
+    state: &AppState,
+    conversation: ConversationId,
+) -> ApiResult<Option<String>> {
+    let Some(doc) = state
+        .store()
+        .document(BY_CONVERSATION, &conversation.to_string())
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(doc
+        .body
+        .get("agent_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned))
+}
+
+async fn index_owner(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    state
+        .store()
+        .put_document(
+            BY_CONVERSATION,
+            &agent.conversation_id.to_string(),
+            &json!({"agent_id": agent.id}),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Writes the owner documents of agents stored without one (by a version
+/// before them, or by a process that stopped between the two writes of a
+/// create). Run at start-up, before requests are served.
+pub(crate) async fn index_owners(state: &AppState) -> ApiResult<()> {
+    let indexed: HashSet<String> = state
+        .store()
+        .documents(BY_CONVERSATION)
+        .await?
+        .into_iter()
+        .map(|doc| doc.id)
+        .collect();
+    for doc in state.store().documents(KIND).await? {
+        // An unreadable agent is refused by every route already.
+        let Ok(agent) = serde_json::from_value::<AgentRecord>(doc.body) else {
+            continue;
+        };
+        if !indexed.contains(&agent.conversation_id.to_string()) {
+            index_owner(state, &agent).await?;
+        }
+    }
+    Ok(())
+}
+
 async fn store(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
     let body = serde_json::to_value(agent)
         .map_err(|e| ApiError::internal(format!("an agent cannot be stored: {e}")))?;
@@ -228,6 +287,7 @@ pub async fn create(
         updated_at: now,
     };
     store(&state, &agent).await?;
+    index_owner(&state, &agent).await?;
     refresh_options(&state, &agent).await?;
     tracing::info!(agent = %agent.id, name = %agent.name, conversation = %agent.conversation_id, "agent created");
     Ok(Json(agent_json(&state, &agent).await?))
@@ -359,6 +419,10 @@ pub async fn delete(
         .forget_conversation_options(agent.conversation_id);
     // The conversation stays: stored messages are never deleted.
     state.store().delete_document(KIND, &id).await?;
+    state
+        .store()
+        .delete_document(BY_CONVERSATION, &agent.conversation_id.to_string())
+        .await?;
     tracing::info!(agent = %id, "agent deleted");
     Ok(Json(json!({})))
 }

@@ -6,7 +6,7 @@ use toolwire_core::{ConversationId, StopReason};
 use toolwire_engine::{TurnHandle, TurnOptions};
 
 use crate::error::ApiResult;
-use crate::letta::agents::AgentRecord;
+use crate::letta::agents::{self, AgentRecord};
 use crate::letta::{approvals, messages};
 use crate::state::AppState;
 
@@ -21,15 +21,23 @@ pub async fn agents(state: &AppState) -> ApiResult<Vec<AgentRecord>> {
         .collect())
 }
 
-/// The agent of `conversation`, if one owns it.
+/// The agent of `conversation`, if one owns it (found through its owner
+/// document, not by reading every agent).
 pub async fn agent_of(
     state: &AppState,
     conversation: ConversationId,
 ) -> ApiResult<Option<AgentRecord>> {
-    Ok(agents(state)
-        .await?
-        .into_iter()
-        .find(|a| a.conversation_id == conversation))
+    let Some(id) = agents::owner_id(state, conversation).await? else {
+        return Ok(None);
+    };
+    match agents::load(state, &id).await {
+        Ok(agent) if agent.conversation_id == conversation => Ok(Some(agent)),
+        // Deleted meanwhile (its owner document goes second), or a stale
+        // document: no agent owns the conversation.
+        Ok(_) => Ok(None),
+        Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Before the engine starts or goes on with a turn on its own in
