@@ -137,6 +137,15 @@ fn names(registry: &ToolRegistry) -> Vec<String> {
     registry.specs().into_iter().map(|s| s.name).collect()
 }
 
+/// Calls the fixture's `sync` tool, which announces a change of its tool
+/// list (`notifications/tools/list_changed`).
+async fn sync(registry: &ToolRegistry) {
+    let out = call_named(registry, "fixture__sync", Value::Null)
+        .await
+        .unwrap();
+    assert_eq!(out.content, "synced");
+}
+
 /// Waits (up to 10 s) until the registry lists what `done` wants.
 async fn until_listed(registry: &ToolRegistry, what: &str, done: impl Fn(&[String]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -480,7 +489,12 @@ async fn tools_added_and_removed_by_a_server_reach_the_registry() {
     let Some((config, tools_file, _)) = fixture(dir.path(), "alpha beta") else {
         return;
     };
-    let server = McpServer::new(config);
+    tools_follow_the_servers_list(McpServer::new(config), &tools_file).await;
+}
+
+/// `server` (the fixture, listing alpha and beta from `tools_file`) changes
+/// its list: the registry follows.
+async fn tools_follow_the_servers_list(server: Arc<McpServer>, tools_file: &Path) {
     server.tools().await.unwrap();
     let registry = registry(&server);
     assert_eq!(
@@ -493,11 +507,8 @@ async fn tools_added_and_removed_by_a_server_reach_the_registry() {
         ]
     );
 
-    std::fs::write(&tools_file, "beta gamma").unwrap();
-    let out = call_named(&registry, "fixture__sync", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "synced");
+    std::fs::write(tools_file, "beta gamma").unwrap();
+    sync(&registry).await;
     until_listed(&registry, "gamma is added and alpha removed", |names| {
         names.iter().any(|n| n == "fixture__gamma") && !names.iter().any(|n| n == "fixture__alpha")
     })
@@ -517,31 +528,10 @@ async fn tools_added_and_removed_by_an_http_server_reach_the_registry() {
         return;
     };
     let http = fixture_over_http(&config).await;
-    let server = McpServer::new(McpServerConfig::http("fixture", http.url.clone()));
-    server.tools().await.unwrap();
-    let registry = registry(&server);
-    assert!(
-        registry.get("fixture__alpha").is_some(),
-        "{:?}",
-        names(&registry)
-    );
-
     // The notifications come on the session's own event stream (a GET),
     // not in answer to any request.
-    std::fs::write(&tools_file, "beta gamma").unwrap();
-    let out = call_named(&registry, "fixture__sync", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "synced");
-    until_listed(&registry, "gamma is added and alpha removed", |names| {
-        names.iter().any(|n| n == "fixture__gamma") && !names.iter().any(|n| n == "fixture__alpha")
-    })
-    .await;
-    let out = call_named(&registry, "fixture__gamma", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "gamma ran");
-    server.shutdown().await;
+    let server = McpServer::new(McpServerConfig::http("fixture", http.url.clone()));
+    tools_follow_the_servers_list(server, &tools_file).await;
 }
 
 /// The fixture server `config` on streamable HTTP.
@@ -583,10 +573,7 @@ async fn an_http_session_whose_event_stream_is_lost_is_replaced_by_the_next_use(
     // call opens a new session, whose event stream brings the changes.
     std::fs::write(&tools_file, "delta").unwrap();
     http.restart().await;
-    let out = call_named(&registry, "fixture__sync", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "synced");
+    sync(&registry).await;
     assert_eq!(spawn_count(&spawns), 2);
     assert!(
         registry.get("fixture__delta").is_some(),
@@ -594,10 +581,7 @@ async fn an_http_session_whose_event_stream_is_lost_is_replaced_by_the_next_use(
         names(&registry)
     );
     std::fs::write(&tools_file, "delta epsilon").unwrap();
-    let out = call_named(&registry, "fixture__sync", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "synced");
+    sync(&registry).await;
     until_listed(&registry, "epsilon is added", |names| {
         names.iter().any(|n| n == "fixture__epsilon")
     })
@@ -627,10 +611,7 @@ async fn a_restarted_server_is_listed_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let out = call_named(&registry, "fixture__sync", Value::Null)
-        .await
-        .unwrap();
-    assert_eq!(out.content, "synced");
+    sync(&registry).await;
     assert_eq!(spawn_count(&spawns), 2);
     assert!(
         registry.get("fixture__delta").is_some(),

@@ -144,6 +144,16 @@ async fn two_stores(dir: &tempfile::TempDir) -> (String, Arc<dyn Store>, Arc<dyn
     (url, first, second)
 }
 
+/// A store on the file at `url` that reads every path whole.
+async fn whole_reads(url: &str) -> Arc<dyn Store> {
+    Arc::new(
+        toolwire_store::SqliteStore::open(url)
+            .await
+            .unwrap()
+            .keep_paths(false),
+    )
+}
+
 /// Long enough for the store to keep what it reads of it.
 const LONG: usize = 1_100;
 
@@ -322,12 +332,7 @@ async fn paths_across_lines_read_the_same_kept_or_not() {
     use toolwire_core::ToolCallId;
     let dir = tempfile::tempdir().unwrap();
     let (url, store, _) = two_stores(&dir).await;
-    let whole: Arc<dyn Store> = Arc::new(
-        toolwire_store::SqliteStore::open(&url)
-            .await
-            .unwrap()
-            .keep_paths(false),
-    );
+    let whole = whole_reads(&url).await;
     let c = store.create_conversation("sys", None).await.unwrap();
     let tool = |parent: MessageId, i: usize| {
         let call = ToolCallId(format!("call_{i}"));
@@ -410,12 +415,7 @@ async fn paths_read_the_same_written_alone_or_interleaved() {
     const ROWS: usize = 2_500;
     let dir = tempfile::tempdir().unwrap();
     let (url, store, _) = two_stores(&dir).await;
-    let whole: Arc<dyn Store> = Arc::new(
-        toolwire_store::SqliteStore::open(&url)
-            .await
-            .unwrap()
-            .keep_paths(false),
-    );
+    let whole = whole_reads(&url).await;
     // Two conversations written in turns (each line a third of its seq
     // range, with the third below), then one alone.
     let a = store.create_conversation("a", None).await.unwrap();

@@ -7,28 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// A request the mock received.
-#[derive(Clone, Debug)]
-pub struct Received {
-    /// `GET`, `POST`, `DELETE`.
-    pub verb: String,
-    /// The request target: path and query.
-    pub target: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Value,
-}
+pub use crate::support::Request as Received;
+use crate::support::read_request;
 
 impl Received {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
     /// The `Mcp-Session-Id` it carried.
     pub fn session(&self) -> Option<&str> {
         self.header("mcp-session-id")
@@ -187,50 +173,6 @@ async fn serve(
 
 fn rpc_result(request: &Received, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": request.body["id"], "result": result})
-}
-
-async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Received>> {
-    let mut buf = Vec::new();
-    let head_end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut start = lines.next().unwrap_or("").split(' ');
-    let verb = start.next().unwrap_or("").to_owned();
-    let target = start.next().unwrap_or("").to_owned();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
-    Ok(Some(Received {
-        verb,
-        target,
-        headers,
-        body,
-    }))
 }
 
 /// Everything logged (any level, any target) on this thread while the

@@ -98,17 +98,36 @@ impl MockServer {
     }
 }
 
-async fn serve(
-    mut socket: TcpStream,
-    reply: Reply,
-    log: Arc<Mutex<Vec<Received>>>,
-) -> std::io::Result<()> {
+/// One HTTP/1.1 request as a mock server reads it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// `GET`, `POST`, `DELETE`.
+    pub verb: String,
+    /// The request target: path and query.
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`null` if it is not JSON).
+    pub body: Value,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one request (head, then a `content-length` body) from `socket`;
+/// `None` if the client closed it first.
+pub async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Request>> {
     let mut buf = Vec::new();
     let head_end = loop {
         let mut chunk = [0u8; 4096];
         let n = socket.read(&mut chunk).await?;
         if n == 0 {
-            return Ok(());
+            return Ok(None);
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -117,13 +136,9 @@ async fn serve(
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let mut lines = head.split("\r\n");
-    let path = lines
-        .next()
-        .unwrap_or("")
-        .split(' ')
-        .nth(1)
-        .unwrap_or("")
-        .to_owned();
+    let mut start = lines.next().unwrap_or("").split(' ');
+    let verb = start.next().unwrap_or("").to_owned();
+    let target = start.next().unwrap_or("").to_owned();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
@@ -142,10 +157,26 @@ async fn serve(
         buf.extend_from_slice(&chunk[..n]);
     }
     let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
-    log.lock().unwrap().push(Received {
-        path,
+    Ok(Some(Request {
+        verb,
+        target,
         headers,
         body,
+    }))
+}
+
+async fn serve(
+    mut socket: TcpStream,
+    reply: Reply,
+    log: Arc<Mutex<Vec<Received>>>,
+) -> std::io::Result<()> {
+    let Some(request) = read_request(&mut socket).await? else {
+        return Ok(());
+    };
+    log.lock().unwrap().push(Received {
+        path: request.target,
+        headers: request.headers,
+        body: request.body,
     });
 
     match reply {
