@@ -16,8 +16,8 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc reuses freed memory where glibc's malloc gives large frees back
 /// to the system and faults the pages in again on the next use: reading a
-/// 10,000-message path whole took some 15% longer that way (see the
-/// README's performance section).
+/// tool loop's 10,000-message path whole took twice as long that way. The
+/// price is RSS near its peak (both in the README's performance section).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
