@@ -24,10 +24,6 @@
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
 
-/// The `toolwire` binary's allocator: memory figures are the binary's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod serve_load;
 mod ws_fanout;
 

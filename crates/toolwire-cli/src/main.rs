@@ -5,6 +5,7 @@ mod acp;
 mod chat;
 mod config;
 mod exec;
+mod malloc;
 mod render;
 mod serve;
 mod stream_decode;
@@ -13,13 +14,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-
-/// mimalloc reuses freed memory where glibc's malloc gives large frees back
-/// to the system and faults the pages in again on the next use: reading a
-/// tool loop's 10,000-message path whole took twice as long that way. The
-/// price is RSS near its peak (both in the README's performance section).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// toolwire: an agent runtime that makes every tool call visible and
 /// controllable, from the moment the model writes its name.
@@ -60,6 +54,7 @@ enum StreamCommand {
 }
 
 fn main() -> ExitCode {
+    malloc::tune();
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries answers and protocols); RUST_LOG
     // adjusts the level.

@@ -13,6 +13,10 @@
 //! * `append/{sqlite,postgres}`: storing one message (under the chain's
 //!   leaf, which it becomes), one transaction.
 //!
+//! The `toolwire` binary sets glibc's malloc thresholds at start (see its
+//! `malloc.rs`); to measure as it runs, give this benchmark the same ones:
+//! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=16777216:glibc.malloc.mmap_threshold=8388608`.
+//!
 //! SQLite runs on a file in a temporary directory. PostgreSQL runs only
 //! when `TOOLWIRE_TEST_POSTGRES_URL` names a server (as for the tests): a
 //! database is created for the run and dropped afterwards.
@@ -27,11 +31,6 @@ use sqlx::{Connection, PgConnection};
 use tokio::runtime::Runtime;
 use toolwire_core::{ContentBlock, Message, MessageId, Role, Usage};
 use toolwire_store::Store;
-
-/// The allocator the `toolwire` binary uses, so that the figures are the
-/// binary's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CHAIN: usize = 10_000;
 
