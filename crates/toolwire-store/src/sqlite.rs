@@ -587,6 +587,13 @@ mod reader {
          cached_tokens, cost, model, duration_ms, status, created_at \
          FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND line = ?1 ORDER BY seq";
 
+    /// [`LINE_ROWS_BY_SEQ`] for a range that holds nothing but the line's
+    /// rows (as many as the range has seqs): no row needs its line checked.
+    /// `?1` is bound but not used, so that all three take the same values.
+    pub(super) const LINE_ONLY_ROWS: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
+         cached_tokens, cost, model, duration_ms, status, created_at \
+         FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND ?1 IS NOT NULL ORDER BY seq";
+
     const LINE_COUNT: &str =
         "SELECT count(*), min(seq) FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3";
 
@@ -659,7 +666,10 @@ mod reader {
             // By seq, other lines' rows between the first and the last
             // cost a step each: the line must hold at least half of them.
             let span = u64::try_from(range.upto - range.first + 1).unwrap_or(u64::MAX);
-            let (sql, after) = if span <= 2 * range.rows as u64 {
+            let rows = range.rows as u64;
+            let (sql, after) = if span == rows {
+                (LINE_ONLY_ROWS, range.first - 1)
+            } else if span <= 2 * rows {
                 (LINE_ROWS_BY_SEQ, range.first - 1)
             } else {
                 (LINE_ROWS, range.after)

@@ -407,8 +407,9 @@ async fn paths_across_lines_read_the_same_kept_or_not() {
 }
 
 /// A line is read by seq when it holds most of its seq range (a
-/// conversation written alone) and through its index when other
-/// conversations' messages came in between: both ways read the same path,
+/// conversation written alone, or nearly), without checking each row's line
+/// when it holds all of it, and through its index when other
+/// conversations' messages came in between: every way reads the same path,
 /// over more rows than the reader sends the caller at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paths_read_the_same_written_alone_or_interleaved() {
@@ -416,31 +417,44 @@ async fn paths_read_the_same_written_alone_or_interleaved() {
     let dir = tempfile::tempdir().unwrap();
     let (url, store, _) = two_stores(&dir).await;
     let whole = whole_reads(&url).await;
+    let chain = |c: ConversationId, from: MessageId, i: usize| said(c, from, &format!("{c} {i}"));
     // Two conversations written in turns (each line a third of its seq
-    // range, with the third below), then one alone.
+    // range), one nearly alone (four fifths), one alone.
     let a = store.create_conversation("a", None).await.unwrap();
     let b = store.create_conversation("b", None).await.unwrap();
-    let alone = store.create_conversation("alone", None).await.unwrap();
     let (mut leaf_a, mut leaf_b) = (a.root_id, b.root_id);
     for i in 0..ROWS {
-        let m = said(a.id, leaf_a, &format!("a {i}"));
+        let m = chain(a.id, leaf_a, i);
         store.append(&m).await.unwrap();
         leaf_a = m.id;
-        let m = said(b.id, leaf_b, &format!("b {i}"));
+        let m = chain(b.id, leaf_b, i);
         store.append(&m).await.unwrap();
         leaf_b = m.id;
         if i % 2 == 0 {
-            let other = said(b.id, b.root_id, &format!("elsewhere {i}"));
-            store.append(&other).await.unwrap();
+            store
+                .append(&said(b.id, b.root_id, "elsewhere"))
+                .await
+                .unwrap();
         }
     }
-    let mut leaf_alone = alone.root_id;
-    for i in 0..ROWS {
-        let m = said(alone.id, leaf_alone, &format!("alone {i}"));
-        store.append(&m).await.unwrap();
-        leaf_alone = m.id;
+    let mut leaves = vec![leaf_a, leaf_b];
+    for interrupted in [true, false] {
+        let c = store.create_conversation("c", None).await.unwrap();
+        let mut leaf = c.root_id;
+        for i in 0..ROWS {
+            let m = chain(c.id, leaf, i);
+            store.append(&m).await.unwrap();
+            leaf = m.id;
+            if interrupted && i % 4 == 0 {
+                store
+                    .append(&said(a.id, a.root_id, "elsewhere"))
+                    .await
+                    .unwrap();
+            }
+        }
+        leaves.push(leaf);
     }
-    for leaf in [leaf_a, leaf_b, leaf_alone] {
+    for leaf in leaves {
         let expected = walked(&store, leaf).await;
         assert_eq!(expected.len(), ROWS + 1);
         assert_eq!(whole.path_to(leaf).await.unwrap(), expected);
