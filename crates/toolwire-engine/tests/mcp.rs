@@ -137,6 +137,24 @@ fn names(registry: &ToolRegistry) -> Vec<String> {
     registry.specs().into_iter().map(|s| s.name).collect()
 }
 
+/// Waits (up to 10 s) until `server` no longer counts as running.
+async fn until_stopped(server: &McpServer, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.is_running().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn assert_listed(registry: &ToolRegistry, name: &str, listed: bool) {
+    assert_eq!(
+        registry.get(name).is_some(),
+        listed,
+        "{name}: {:?}",
+        names(registry)
+    );
+}
+
 /// Calls the fixture's `sync` tool, which announces a change of its tool
 /// list (`notifications/tools/list_changed`).
 async fn sync(registry: &ToolRegistry) {
@@ -348,11 +366,7 @@ async fn a_server_that_died_while_idle_is_restarted_by_the_next_call() {
     let reads_before = *list_reads.borrow();
 
     kill(Pid::from_raw(first_pid as i32), Signal::SIGKILL).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.is_running().await {
-        assert!(Instant::now() < deadline, "death not noticed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_stopped(&server, "death not noticed").await;
 
     let out = call(&echo, json!({"message": "back"})).await.unwrap();
     assert_eq!(out.content, "Echo: back");
@@ -560,14 +574,7 @@ async fn an_http_session_whose_event_stream_is_lost_is_replaced_by_the_next_use(
     // attempts; the worker of the session goes on, and without the stream
     // no `tools/list_changed` would arrive. It counts as a lost connection.
     http.kill().await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.is_running().await {
-        assert!(
-            Instant::now() < deadline,
-            "the loss of the event stream is not noticed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_stopped(&server, "the loss of the event stream is not noticed").await;
 
     // Back (a new process that knows nothing of the session): the next
     // call opens a new session, whose event stream brings the changes.
@@ -575,11 +582,7 @@ async fn an_http_session_whose_event_stream_is_lost_is_replaced_by_the_next_use(
     http.restart().await;
     sync(&registry).await;
     assert_eq!(spawn_count(&spawns), 2);
-    assert!(
-        registry.get("fixture__delta").is_some(),
-        "{:?}",
-        names(&registry)
-    );
+    assert_listed(&registry, "fixture__delta", true);
     std::fs::write(&tools_file, "delta epsilon").unwrap();
     sync(&registry).await;
     until_listed(&registry, "epsilon is added", |names| {
@@ -605,24 +608,12 @@ async fn a_restarted_server_is_listed_again() {
     std::fs::write(&tools_file, "delta").unwrap();
     let pid = server.pid().await.expect("server runs");
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.is_running().await {
-        assert!(Instant::now() < deadline, "death not noticed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_stopped(&server, "death not noticed").await;
 
     sync(&registry).await;
     assert_eq!(spawn_count(&spawns), 2);
-    assert!(
-        registry.get("fixture__delta").is_some(),
-        "{:?}",
-        names(&registry)
-    );
-    assert!(
-        registry.get("fixture__alpha").is_none(),
-        "{:?}",
-        names(&registry)
-    );
+    assert_listed(&registry, "fixture__delta", true);
+    assert_listed(&registry, "fixture__alpha", false);
     server.shutdown().await;
 }
 
