@@ -773,12 +773,22 @@ mod writer {
     /// The one connection our writes go through: writers of this process
     /// queue on its lock rather than on SQLite's (other processes' writers
     /// still wait for each other through the busy timeout).
+    /// Writes on blocking threads at once: one with the connection, the
+    /// rest waiting for it.
+    const WRITERS_QUEUED: usize = 4;
+
     #[derive(Debug)]
     pub(in crate::sqlite) struct Writer {
         path: PathBuf,
         /// Opened on first use (the file exists: sqlx created and migrated
         /// it); dropped after a failure that left it in a transaction.
         conn: Mutex<Option<Connection>>,
+        /// Taken before a write goes to a blocking thread: beyond the few
+        /// writers queued at the connection (so that the next one starts
+        /// the moment it is free), writers wait here as tasks rather than
+        /// each on a blocking thread of its own (200 clients kept some 250
+        /// threads alive, most of them waiting for this one connection).
+        queued: Arc<tokio::sync::Semaphore>,
         /// Counts the connections opened and the changes made through them
         /// to stored messages other than inserts: see [`Stamp`].
         generation: Arc<AtomicU64>,
@@ -803,6 +813,7 @@ mod writer {
             Writer {
                 path,
                 conn: Mutex::new(None),
+                queued: Arc::new(tokio::sync::Semaphore::new(WRITERS_QUEUED)),
                 generation: Arc::new(AtomicU64::new(0)),
             }
         }
@@ -879,8 +890,13 @@ mod writer {
             self: &Arc<Self>,
             f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
         ) -> Result<T> {
+            // The semaphore is never closed: `None` cannot happen.
+            let queued = Arc::clone(&self.queued).acquire_owned().await.ok();
             let this = Arc::clone(self);
             blocking(move || {
+                // Given back with the connection, not when the caller
+                // wakes: the next writer's thread starts at once.
+                let _queued = queued;
                 let mut conn = this.conn.lock().unwrap_or_else(PoisonError::into_inner);
                 if conn.as_ref().is_some_and(|c| !c.is_autocommit()) {
                     // A transaction that could not be rolled back.
