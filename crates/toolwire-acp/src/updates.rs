@@ -18,7 +18,7 @@ use agent_client_protocol::v1::schema::{
 use serde_json::{Map, Value, json};
 use toolwire_core::{
     AgentEvent, ContentBlock, Location, Message, Progress, ToolCall, ToolCallContent, ToolCallId,
-    ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerMetrics,
+    ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError, TrackerMetrics,
 };
 
 use crate::{Session, convert, notify, titles};
@@ -313,11 +313,24 @@ impl<'a> Updates<'a> {
         patch: ToolCallPatch,
         now: Instant,
     ) -> Result<(), agent_client_protocol::Error> {
-        match self.tracker.update(patch, now) {
-            Ok(Some(patch)) => self.send_patch(patch, None),
+        let tracked = self.tracker.update(patch, now);
+        self.send_tracked(tracked, None, "tool call update dropped")
+    }
+
+    /// Sends what the tracker gave out, if anything; a change it refused
+    /// (an unknown call, a status going back) is one the editor must not
+    /// see, so it is only logged.
+    fn send_tracked(
+        &mut self,
+        tracked: Result<Option<ToolCallPatch>, TrackerError>,
+        exit: Option<Value>,
+        dropped: &str,
+    ) -> Result<(), agent_client_protocol::Error> {
+        match tracked {
+            Ok(Some(patch)) => self.send_patch(patch, exit),
             Ok(None) => Ok(()),
             Err(e) => {
-                tracing::debug!(error = %e, "tool call update dropped");
+                tracing::debug!(error = %e, "{dropped}");
                 Ok(())
             }
         }
@@ -334,14 +347,8 @@ impl<'a> Updates<'a> {
         if let Some(info) = self.calls.get_mut(id) {
             info.streamed |= self.tracker.config().appended_output;
         }
-        match self.tracker.append_output(id, text, now) {
-            Ok(Some(patch)) => self.send_patch(patch, None),
-            Ok(None) => Ok(()),
-            Err(e) => {
-                tracing::debug!(error = %e, "output dropped");
-                Ok(())
-            }
-        }
+        let tracked = self.tracker.append_output(id, text, now);
+        self.send_tracked(tracked, None, "output dropped")
     }
 
     /// The call's final status and result, sent at once.
@@ -371,14 +378,8 @@ impl<'a> Updates<'a> {
             tracing::debug!(error = %e, "final update dropped");
             return Ok(());
         }
-        match self.tracker.flush(id, now) {
-            Ok(Some(patch)) => self.send_patch(patch, exit),
-            Ok(None) => Ok(()),
-            Err(e) => {
-                tracing::debug!(error = %e, "final update dropped");
-                Ok(())
-            }
-        }
+        let tracked = self.tracker.flush(id, now);
+        self.send_tracked(tracked, exit, "final update dropped")
     }
 
     fn flush(&mut self, id: &ToolCallId, now: Instant) -> Result<(), agent_client_protocol::Error> {

@@ -35,8 +35,8 @@ pub use notification::{
 };
 pub use pricing::{Price, PriceTable};
 pub use tool_call::{
-    OutputTail, TerminalOutput, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus,
-    ToolCallTracker, ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
+    OUTPUT_LIMIT, OutputTail, TerminalOutput, ToolCallContent, ToolCallPatch, ToolCallState,
+    ToolCallStatus, ToolCallTracker, ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
 };
 pub use tool_events::{ToolCallChange, kind_of};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

@@ -403,7 +403,7 @@ impl Default for TrackerConfig {
             max_per_second: 20,
             complete_objects: false,
             appended_output: false,
-            output_limit: 64 * 1024,
+            output_limit: OUTPUT_LIMIT,
             call_byte_budget: None,
         }
     }
@@ -458,6 +458,10 @@ impl TrackerMetrics {
         }
     }
 }
+
+/// The output a client is shown when it is replaced rather than appended
+/// (by default), and what a front door keeps of a running call's output.
+pub const OUTPUT_LIMIT: usize = 64 * 1024;
 
 /// The last `limit` bytes of a command's output and how much was cut: what
 /// a client that is shown output whole (not appended) is sent, and what a

@@ -571,28 +571,39 @@ mod reader {
              JOIN messages p ON p.id = f.parent_id) \
          SELECT line, upto FROM seg";
 
+    /// The columns a path read takes of each message, in the order
+    /// `raw::Sink::push` and `read_rows` read them. The conversation and
+    /// the parent are known (the leaf's conversation, the message before),
+    /// so they are not read again.
+    macro_rules! line_rows {
+        ($from_where:literal) => {
+            concat!(
+                "SELECT seq, id, role, content, prompt_tokens, completion_tokens, ",
+                "cached_tokens, cost, model, duration_ms, status, created_at ",
+                $from_where,
+                " ORDER BY seq"
+            )
+        };
+    }
+
     /// Messages of a line in a range of seqs, in order: one range of the
-    /// `(line, seq)` index. The conversation and the parent are known (the
-    /// leaf's conversation, the message before), so they are not read again.
-    pub(super) const LINE_ROWS: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
-         cached_tokens, cost, model, duration_ms, status, created_at \
-         FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
+    /// `(line, seq)` index.
+    pub(super) const LINE_ROWS: &str =
+        line_rows!("FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3");
 
     /// [`LINE_ROWS`] through the table's own order (seq is the rowid)
     /// rather than the line's index, skipping other lines' rows in the seq
     /// range: when the line holds most of the range (a conversation
     /// written alone), a step down the table is cheaper than one along the
     /// index followed by a seek into the table.
-    pub(super) const LINE_ROWS_BY_SEQ: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
-         cached_tokens, cost, model, duration_ms, status, created_at \
-         FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND line = ?1 ORDER BY seq";
+    pub(super) const LINE_ROWS_BY_SEQ: &str =
+        line_rows!("FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND line = ?1");
 
     /// [`LINE_ROWS_BY_SEQ`] for a range that holds nothing but the line's
     /// rows (as many as the range has seqs): no row needs its line checked.
     /// `?1` is bound but not used, so that all three take the same values.
-    pub(super) const LINE_ONLY_ROWS: &str = "SELECT seq, id, role, content, prompt_tokens, completion_tokens, \
-         cached_tokens, cost, model, duration_ms, status, created_at \
-         FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND ?1 IS NOT NULL ORDER BY seq";
+    pub(super) const LINE_ONLY_ROWS: &str =
+        line_rows!("FROM messages NOT INDEXED WHERE seq > ?2 AND seq <= ?3 AND ?1 IS NOT NULL");
 
     const LINE_COUNT: &str =
         "SELECT count(*), min(seq) FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3";

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Gate, GatedCall, Message, MessageId, OutputTail, PendingApproval,
-    Role, RunId, ToolCallChange, ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus,
-    ToolCallTracker, TrackerConfig, kind_of, tool_events,
+    AgentEvent, ContentBlock, Gate, GatedCall, Message, MessageId, OUTPUT_LIMIT, OutputTail,
+    PendingApproval, Role, RunId, ToolCallChange, ToolCallId, ToolCallPatch, ToolCallState,
+    ToolCallStatus, ToolCallTracker, TrackerConfig, kind_of, tool_events,
 };
 use toolwire_store::StoredEvent;
 
@@ -32,16 +32,10 @@ struct Card {
     status: ToolCallStatus,
     /// The argument fields complete so far (all of them once generated).
     arguments: Map<String, Value>,
-    /// The output's last [`output_kept`] bytes: a command may print
+    /// The output's last [`OUTPUT_LIMIT`] bytes: a command may print
     /// gigabytes, and every socket keeps its own cards.
     output: OutputTail,
     result: Option<String>,
-}
-
-/// How much of a call's output a card keeps for a client that connects
-/// mid-turn: what the tracker shows of output, too.
-fn output_kept() -> usize {
-    TrackerConfig::default().output_limit
 }
 
 /// The live view's name of a call's status.
@@ -329,7 +323,7 @@ impl Renderer {
                 }
                 ToolCallChange::Output { id, text } => {
                     if let Some(card) = self.card_mut(&id) {
-                        card.output.push(&text, output_kept());
+                        card.output.push(&text, OUTPUT_LIMIT);
                     }
                     if let Ok(Some(p)) = self.tracker.append_output(&id, &text, now) {
                         frames.push(self.tool_update(seq, &p));
@@ -423,7 +417,7 @@ fn card_json(card: &Card) -> Value {
         "tool_name": card.name,
         "status": status_name(card.status),
         "arguments": card.arguments,
-        "output": card.output.render(output_kept()),
+        "output": card.output.render(OUTPUT_LIMIT),
         "result": card.result,
     })
 }
@@ -498,12 +492,8 @@ mod tests {
         let state = renderer.turn_state().unwrap();
         let output = state["tool_calls"][0]["output"].as_str().unwrap();
         let printed = 5_000 * (6 + line.len());
-        assert!(
-            output.len() <= output_kept() + 100,
-            "{} bytes",
-            output.len()
-        );
-        assert!(output.len() >= output_kept() - line.len() - 6);
+        assert!(output.len() <= OUTPUT_LIMIT + 100, "{} bytes", output.len());
+        assert!(output.len() >= OUTPUT_LIMIT - line.len() - 6);
         let (marker, tail) = output.split_once('\n').unwrap();
         let cut: usize = marker
             .trim_start_matches("… ")
