@@ -113,22 +113,19 @@ impl SqliteStore {
             return Self::path(&mut conn, leaf).await;
         };
         let (reader, writer) = (Arc::clone(readers), Arc::clone(writer));
-        let (to, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+        let handoff = Arc::new(raw::Handoff::default());
+        let mut sink = raw::Sink::new(Arc::clone(&handoff), Arc::clone(readers.pool()));
         let read = tokio::task::spawn_blocking(move || {
-            let pool = Arc::clone(reader.pool());
-            reader.path(&writer, leaf, &mut raw::Sink::new(to, pool))
+            let read = reader.path(&writer, leaf, &mut sink);
+            if read.is_ok() {
+                sink.help();
+            }
+            read
         });
         // Decoded here while the reader reads on (see [`raw`]).
-        let mut decoded = raw::Decoded::default();
-        let mut failed = Ok(());
-        while let Some(chunk) = chunks.recv().await {
-            if failed.is_ok() {
-                failed = decoded.decode(chunk, readers.pool());
-            }
-        }
+        let decoded = handoff.decode(readers.pool()).await;
         let read = joined(read).await?;
-        failed?;
-        Ok(readers.finish(read, decoded))
+        Ok(readers.finish(read, decoded?))
     }
 }
 
@@ -164,7 +161,6 @@ mod reader {
     use super::BUSY_TIMEOUT;
     use super::raw::{Decoded, Sink};
     use super::writer::{Stamp, Writer};
-    use crate::rows::{MessageParts, Ts};
     use crate::{Result, StoreError};
 
     /// How much of the file a reader maps (address space, not memory).
@@ -572,14 +568,15 @@ mod reader {
          SELECT line, upto FROM seg";
 
     /// The columns a path read takes of each message, in the order
-    /// `raw::Sink::push` and `read_rows` read them. The conversation and
-    /// the parent are known (the leaf's conversation, the message before),
-    /// so they are not read again.
+    /// `raw::Sink::push` and `read_rows` read them: the small ones as the
+    /// one generated column `fields` (see [`crate::rows::Fields`]), since
+    /// every column taken costs about as much as the rest of the row. The
+    /// conversation and the parent are known (the leaf's conversation, the
+    /// message before), so they are not read again.
     macro_rules! line_rows {
         ($from_where:literal) => {
             concat!(
-                "SELECT seq, id, role, content, prompt_tokens, completion_tokens, ",
-                "cached_tokens, cost, model, duration_ms, status, created_at ",
+                "SELECT seq, id, content, cost, fields ",
                 $from_where,
                 " ORDER BY seq"
             )
@@ -718,36 +715,21 @@ mod reader {
         while let Some(r) = rows.next()? {
             let seq: i64 = r.get(0)?;
             let id: Uuid = r.get(1)?;
-            let corrupt = |what: &str| StoreError::Corrupt(format!("message {id}: {what}"));
             let bytes = |i: usize| -> Result<&[u8]> {
                 r.get_ref(i)?
                     .as_bytes()
-                    .map_err(|e| corrupt(&format!("column {i}: {e}")))
+                    .map_err(|e| StoreError::Corrupt(format!("message {id}: column {i}: {e}")))
             };
-            let text = |i: usize| -> Result<&str> {
-                std::str::from_utf8(bytes(i)?).map_err(|e| corrupt(&format!("column {i}: {e}")))
-            };
-            let content = bytes(3)?;
+            let content = bytes(2)?;
             // The decoded content takes about as much as its JSON.
             let mut size = std::mem::size_of::<Row>() + content.len();
-            let micros: i64 = r.get(11)?;
-            let message = Message::try_from(MessageParts {
+            let message = Message::try_from(super::raw::fields(id, bytes(4)?)?.parts(
                 id,
-                conversation_id: conversation,
-                parent_id: parent,
-                role: text(2)?,
+                conversation,
+                parent,
                 content,
-                prompt_tokens: r.get(4)?,
-                completion_tokens: r.get(5)?,
-                cached_tokens: r.get(6)?,
-                cost: r.get(7)?,
-                model: r.get(8)?,
-                duration_ms: r.get(9)?,
-                status: text(10)?,
-                created_at: chrono::DateTime::from_timestamp_micros(micros)
-                    .map(Ts)
-                    .ok_or_else(|| corrupt(&format!("timestamp {micros} µs is out of range")))?,
-            })?;
+                r.get(3)?,
+            )?)?;
             size += message.content.len() * std::mem::size_of::<toolwire_core::ContentBlock>()
                 + message.model.as_ref().map_or(0, String::capacity);
             parent = Some(id);

@@ -462,3 +462,199 @@ async fn paths_read_the_same_written_alone_or_interleaved() {
         assert_eq!(store.path_to(leaf).await.unwrap(), expected);
     }
 }
+
+/// Every small field of a message (read on SQLite through the generated
+/// column `fields`) reads back as written, whole or kept, appended or
+/// updated: usage or none, a model with spaces, an empty model, a
+/// duration, another status, times before 1970.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_read_every_field_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, store, other) = two_stores(&dir).await;
+    let whole = whole_reads(&url).await;
+    let c = store.create_conversation("fields", None).await.unwrap();
+    let mut leaf = c.root_id;
+    let mut written = Vec::new();
+    for i in 0..LONG {
+        let mut m = said(c.id, leaf, &format!("message {i}"));
+        match i % 5 {
+            0 => {
+                m.role = Role::Assistant;
+                m.usage = Some(toolwire_core::Usage {
+                    prompt_tokens: 1_000 + i as u64,
+                    completion_tokens: 0,
+                    cached_tokens: u64::from(u32::MAX) + 7,
+                });
+                m.cost = Some(0.1 + 0.2);
+                m.model = Some(format!("a model  with spaces {i} ")).filter(|_| i % 2 == 0);
+            }
+            1 => m.model = Some(String::new()),
+            2 => {
+                m.duration_ms = Some(i as u64 * 1_000_003);
+                m.status = MessageStatus::Interrupted;
+            }
+            3 => m.created_at = chrono::DateTime::from_timestamp_micros(-(i as i64) * 997).unwrap(),
+            _ => {}
+        }
+        store.append(&m).await.unwrap();
+        leaf = m.id;
+        // Stored to the microsecond.
+        m.created_at = chrono::SubsecRound::trunc_subsecs(m.created_at, 6);
+        written.push(m);
+    }
+    let check = |path: Vec<Message>, expected: &[Message]| {
+        assert_eq!(path.len(), expected.len() + 1);
+        for (read, written) in path[1..].iter().zip(expected) {
+            assert_eq!(read, written);
+        }
+    };
+    check(whole.path_to(leaf).await.unwrap(), &written);
+    check(store.path_to(leaf).await.unwrap(), &written);
+    // Changed by the other store: usage and model gained, duration lost.
+    for i in [3, LONG / 2, LONG - 1] {
+        let m = &mut written[i];
+        m.usage = Some(toolwire_core::Usage::default());
+        m.model = Some("changed".into());
+        m.duration_ms = None;
+        m.cost = None;
+        other.update(m).await.unwrap();
+    }
+    check(store.path_to(leaf).await.unwrap(), &written);
+    check(whole.path_to(leaf).await.unwrap(), &written);
+    assert_eq!(
+        walked(&store, leaf).await,
+        whole.path_to(leaf).await.unwrap()
+    );
+}
+
+/// A database written before the generated column `fields` existed
+/// (migration 4) is rebuilt with it on start: its messages read the same,
+/// seqs go on after the highest ever given out, and foreign keys are
+/// checked as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_before_fields_is_migrated() {
+    use sqlx::{Connection, Row as _, SqliteConnection};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&url)
+        .unwrap()
+        .create_if_missing(true)
+        .foreign_keys(true);
+    let mut conn = SqliteConnection::connect_with(&options).await.unwrap();
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    let before: Vec<_> = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version < 4)
+        .cloned()
+        .collect();
+    assert_eq!(before.len(), 3);
+    migrator.migrations = before.into();
+    migrator.run(&mut conn).await.unwrap();
+
+    // A conversation as toolwire wrote it then: the root, a user message,
+    // an assistant answer, and a fourth message deleted since.
+    let (conversation, ids) = (uuid::Uuid::now_v7(), [(); 4].map(|_| uuid::Uuid::now_v7()));
+    // One transaction: a conversation and its root refer to each other.
+    let mut tx = sqlx::Connection::begin(&mut conn).await.unwrap();
+    let text = |t: &str| serde_json::to_string(&[ContentBlock::Text { text: t.into() }]).unwrap();
+    sqlx::query(
+        "INSERT INTO conversations (id, title, root_id, active_leaf, created_at) \
+         VALUES (?1, 'old', ?2, ?2, 5)",
+    )
+    .bind(conversation)
+    .bind(ids[0])
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    /// Tokens (each count), cost and model of an answer.
+    type Usage<'a> = Option<(i64, f64, &'a str)>;
+    let rows: [(Option<uuid::Uuid>, &str, String, Usage); 4] = [
+        (None, "system", text("old system prompt"), None),
+        (Some(ids[0]), "user", text("hello"), None),
+        (
+            Some(ids[1]),
+            "assistant",
+            text("hi"),
+            Some((40, 0.25, "old model")),
+        ),
+        (Some(ids[2]), "user", text("deleted"), None),
+    ];
+    for (i, (parent, role, content, usage)) in rows.into_iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO messages (id, conversation_id, parent_id, line, role, content, \
+             prompt_tokens, completion_tokens, cached_tokens, cost, model, duration_ms, status, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, 'complete', ?11)",
+        )
+        .bind(ids[i])
+        .bind(conversation)
+        .bind(parent)
+        .bind(ids[0])
+        .bind(role)
+        .bind(content)
+        .bind(usage.map(|u| u.0))
+        .bind(usage.map(|u| u.1))
+        .bind(usage.map(|u| u.2))
+        .bind(usage.map(|_| 1234_i64))
+        .bind(1_700_000_000_000_000_i64 + i as i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    sqlx::query("UPDATE conversations SET active_leaf = ?1")
+        .bind(ids[2])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM messages WHERE id = ?1")
+        .bind(ids[3])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    conn.close().await.unwrap();
+
+    let store = toolwire_store::open(&url).await.unwrap();
+    let leaf = MessageId(ids[2]);
+    let path = store.path_to(leaf).await.unwrap();
+    assert_eq!(path.len(), 3);
+    assert_eq!(path, walked(&store, leaf).await);
+    let answer = &path[2];
+    assert_eq!(answer.role, Role::Assistant);
+    assert_eq!(answer.model.as_deref(), Some("old model"));
+    assert_eq!(answer.cost, Some(0.25));
+    assert_eq!(answer.duration_ms, Some(1234));
+    assert_eq!(answer.usage.map(|u| u.prompt_tokens), Some(40));
+    assert_eq!(
+        answer.created_at,
+        chrono::DateTime::from_timestamp_micros(1_700_000_000_000_002).unwrap()
+    );
+    let next = said(ConversationId(conversation), leaf, "after the migration");
+    store.append(&next).await.unwrap();
+    assert_eq!(
+        store.path_to(next.id).await.unwrap()[..3],
+        path[..],
+        "the old path is the new message's"
+    );
+
+    let mut conn = SqliteConnection::connect_with(&options).await.unwrap();
+    let seq: i64 = sqlx::query("SELECT seq FROM messages WHERE id = ?1")
+        .bind(next.id.0)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seq, 5, "the deleted message's seq is not given out again");
+    let broken = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(broken.is_empty());
+    // Foreign keys are still enforced on the store's connections.
+    let orphan = said(
+        ConversationId(conversation),
+        MessageId(uuid::Uuid::now_v7()),
+        "orphan",
+    );
+    assert!(store.append(&orphan).await.is_err());
+}
