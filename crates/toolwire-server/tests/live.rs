@@ -610,17 +610,34 @@ async fn reconnecting_after_a_seq_gets_exactly_the_missed_frames() {
     let mut back = s.socket(&conv(&id, &format!("/ws?after={after}"))).await;
     let resumed = frames_until(&mut back, is_stop).await;
     let all = frames_until(&mut steady, is_stop).await;
+    // First the running calls' whole state, as of `after` (what the closed
+    // socket held back for coalescing is in it).
+    let resync = resumed.iter().take_while(|f| f["resync"] == true).count();
+    let (resync, resumed) = resumed.split_at(resync);
+    let resynced: Vec<&str> = resync
+        .iter()
+        .map(|f| f["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert!(resynced.contains(&"call_1"), "{resync:#?}");
+    for f in resync {
+        assert_eq!(f["seq"].as_u64(), Some(after));
+        assert_eq!(f["type"], "tool_update");
+        assert_ne!(f["status"], "completed");
+        for field in ["title", "kind", "status", "content", "raw_input"] {
+            assert!(f["patch"].get(field).is_some(), "{field}: {f:#}");
+        }
+    }
     assert!(resumed.iter().all(|f| f["seq"].as_u64().unwrap() > after));
     let missed: Vec<Value> = all
         .iter()
         .filter(|f| f["seq"].as_u64().unwrap() > after)
         .cloned()
         .collect();
-    assert_eq!(comparable(&resumed), comparable(&missed));
+    assert_eq!(comparable(resumed), comparable(&missed));
     // The call that was running is not announced again.
-    assert_eq!(statuses(&resumed, "call_1"), ["completed"]);
+    assert_eq!(statuses(resumed, "call_1"), ["completed"]);
     // Both calls were announced as they streamed, before the gap.
-    assert_eq!(statuses(&resumed, "call_2"), ["executing", "completed"]);
+    assert_eq!(statuses(resumed, "call_2"), ["executing", "completed"]);
     // A client from the start replays the whole log, no snapshot.
     let mut replay = s.socket(&conv(&id, "/ws?after=0")).await;
     let first = frame(&mut replay).await;

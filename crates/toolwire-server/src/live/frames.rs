@@ -117,6 +117,27 @@ impl Renderer {
         let _ = self.tracker.flush_all(now);
     }
 
+    /// After [`Renderer::prime`] for a client resuming after a seq: a
+    /// `tool_update` with the whole state of each call still running
+    /// (marked `"resync": true`). The client's last socket may have been
+    /// holding some of their changes back for coalescing when it closed,
+    /// while frames of later events (the seq the client resumes after)
+    /// went out; priming counts those changes as sent, so without this
+    /// they would never reach the client. A finished call held nothing: a
+    /// status change goes out at once with whatever waited.
+    pub fn resume(&self, seq: u64) -> Vec<Value> {
+        self.cards
+            .iter()
+            .filter_map(|card| self.tracker.current(&card.id))
+            .filter(|state| !state.status.is_terminal())
+            .map(|state| {
+                let mut frame = self.tool_update(seq, &ToolCallPatch::complete(state));
+                frame["resync"] = json!(true);
+                frame
+            })
+            .collect()
+    }
+
     /// When the tracker next has a coalesced patch to send.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.tracker.next_deadline()
@@ -505,5 +526,104 @@ mod tests {
         assert_eq!(cut + tail.len(), printed, "{marker}");
         assert!(tail.starts_with(|c: char| c.is_ascii_digit()));
         assert!(tail.ends_with(&format!("04999 {line}")));
+    }
+
+    /// A client resuming after the last seq its socket sent still gets the
+    /// changes that socket was holding back for coalescing: the running
+    /// call's whole state, once, before the later events' frames.
+    #[test]
+    fn a_resumed_renderer_resends_what_a_closed_one_held() {
+        let run_id = RunId::new();
+        let call_id = ToolCallId("call_1".into());
+        let events: Vec<StoredEvent> = [
+            AgentEvent::ToolCallStarted {
+                run_id,
+                call_id: call_id.clone(),
+                name: "run_command".into(),
+                server: None,
+            },
+            AgentEvent::ArgumentField {
+                run_id,
+                call_id: call_id.clone(),
+                key: "command".into(),
+                value: json!("make"),
+            },
+            AgentEvent::ToolExecutionStarted {
+                run_id,
+                call_id: call_id.clone(),
+                name: "run_command".into(),
+            },
+            AgentEvent::ToolExecutionProgress {
+                run_id,
+                call_id: call_id.clone(),
+                progress: Progress::Output {
+                    text: "first line\n".into(),
+                },
+            },
+            AgentEvent::ToolExecutionProgress {
+                run_id,
+                call_id: call_id.clone(),
+                progress: Progress::Output {
+                    text: "held line\n".into(),
+                },
+            },
+            AgentEvent::ReasoningDelta {
+                run_id,
+                text: "meanwhile".into(),
+            },
+        ]
+        .into_iter()
+        .zip(1..)
+        .map(|(event, seq)| StoredEvent { seq, event })
+        .collect();
+        // The closed socket: the second line waits for the tracker's
+        // window when the reasoning's frame (seq 6) goes out.
+        let mut closed = Renderer::default();
+        let now = Instant::now();
+        let sent: Vec<Value> = events.iter().flat_map(|e| closed.event(e, now)).collect();
+        let last = sent.last().unwrap();
+        assert_eq!(
+            (last["type"].as_str(), last["seq"].as_u64()),
+            (Some("text_delta"), Some(6))
+        );
+        assert!(
+            !sent.iter().any(|f| f.to_string().contains("held line")),
+            "{sent:#?}"
+        );
+        assert!(closed.next_deadline().is_some());
+
+        let mut resumed = Renderer::default();
+        resumed.prime(&events);
+        let frames = resumed.resume(6);
+        assert_eq!(frames.len(), 1, "{frames:#?}");
+        let frame = &frames[0];
+        assert_eq!(frame["resync"], true);
+        assert_eq!(frame["seq"], 6);
+        assert_eq!(frame["status"], "executing");
+        assert_eq!(frame["patch"]["raw_input"], json!({"command": "make"}));
+        assert!(
+            frame["patch"]["content"].to_string().contains("held line"),
+            "{frame:#}"
+        );
+
+        // Once the call has finished there is nothing to send again.
+        let mut done = events;
+        done.push(StoredEvent {
+            seq: 7,
+            event: AgentEvent::ToolExecutionFailed {
+                run_id,
+                call_id,
+                error: "make: no rule".into(),
+                message: Message::new(
+                    toolwire_core::ConversationId::new(),
+                    None,
+                    Role::Tool,
+                    Vec::new(),
+                ),
+            },
+        });
+        let mut finished = Renderer::default();
+        finished.prime(&done);
+        assert!(finished.resume(7).is_empty());
     }
 }

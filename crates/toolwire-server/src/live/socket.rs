@@ -160,11 +160,8 @@ async fn open(
     match after {
         Some(n) => {
             renderer.prime(&turn_before(state, conversation, n).await?);
-            Ok((
-                renderer,
-                state.engine.follow_after(conversation, n),
-                Vec::new(),
-            ))
+            let resync = renderer.resume(n);
+            Ok((renderer, state.engine.follow_after(conversation, n), resync))
         }
         None => {
             // The seq first, then the tree: the tree may hold nodes of

@@ -833,8 +833,9 @@
     }
     // One stored event may make several frames, all with its seq: a seq
     // equal to the last one is new unless the snapshot or the reconnect's
-    // `after` covered it.
-    if (typeof f.seq === 'number') {
+    // `after` covered it. A reconnect's resync frames (a running call's
+    // whole state) carry the `after` itself and are always applied.
+    if (typeof f.seq === 'number' && !f.resync) {
       if (S.floor !== null && f.seq <= S.floor) return;
       if (S.lastSeq !== null && f.seq < S.lastSeq) return;
       S.lastSeq = f.seq;
