@@ -311,3 +311,29 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
         Err(StoreError::UnsupportedUrl(url.to_owned()))
     }
 }
+
+/// Migrates the database behind `pool` with the migrations in `dir`
+/// (relative to this crate), first saying which ones a database that
+/// already has some is about to get: on the first start of a new version,
+/// one may rebuild a table, which takes a while on a large database.
+macro_rules! migrate {
+    ($pool:expr, $dir:literal) => {{
+        let migrator = sqlx::migrate!($dir);
+        // No table yet: a new database, nothing to say.
+        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+            .fetch_all($pool)
+            .await
+            .unwrap_or_default();
+        if !applied.is_empty() {
+            for m in migrator.iter().filter(|m| !applied.contains(&m.version)) {
+                tracing::info!(
+                    version = m.version,
+                    "updating the database schema: {} (a large database may take a while)",
+                    m.description
+                );
+            }
+        }
+        migrator.run($pool).await
+    }};
+}
+pub(crate) use migrate;

@@ -16,7 +16,7 @@ impl PostgresStore {
             .max_connections(10)
             .connect(url)
             .await?;
-        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        crate::migrate!(&pool, "./migrations/postgres")?;
         Ok(PostgresStore { pool })
     }
 

@@ -76,7 +76,7 @@ impl SqliteStore {
         }
         .connect_with(options)
         .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        crate::migrate!(&pool, "./migrations/sqlite")?;
         Ok(SqliteStore {
             pool,
             readers,
