@@ -311,6 +311,9 @@ fn number(what: &str, s: &str) -> std::result::Result<Option<i64>, String> {
     if s.is_empty() {
         return Ok(None);
     }
+    if let Some(kind) = s.strip_prefix('!') {
+        return Err(format!("{what} is {kind}, not an integer"));
+    }
     s.parse().map(Some).map_err(|_| format!("{what} `{s}`"))
 }
 
@@ -721,6 +724,14 @@ mod tests {
             ("user complete x    ", "created_at `x`"),
             ("user complete 1.5    ", "created_at `1.5`"),
             ("user complete 1 - 1 1 1", "duration_ms `-`"),
+            (
+                "user complete !text    ",
+                "created_at is text, not an integer",
+            ),
+            (
+                "user complete 1  !real  ",
+                "prompt_tokens is real, not an integer",
+            ),
             (
                 "user complete 1  1 1 99999999999999999999",
                 "cached_tokens `99999999999999999999`",

@@ -686,6 +686,9 @@ mod reader {
             let mut rows = statement.query((range.line, after, range.upto))?;
             while let Some(r) = rows.next()? {
                 parent = Some(sink.push(r, parent)?);
+                if sink.given_up() {
+                    return Ok(());
+                }
             }
             last = parent;
         }

@@ -658,3 +658,55 @@ async fn a_database_from_before_fields_is_migrated() {
     );
     assert!(store.append(&orphan).await.is_err());
 }
+
+/// What only another program could store in the small fields (text or a
+/// real where toolwire stores integers, a role with a space in it) is an
+/// error on a path read, as on any other read, naming the message and what
+/// is wrong.
+#[tokio::test]
+async fn corrupt_fields_are_reported_on_path_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::new(format!(
+        "sqlite://{}",
+        dir.path().join("corrupt.db").display()
+    ))
+    .await;
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let u1 = said(c.id, c.root_id, "hi");
+    s.append(&u1).await.unwrap();
+    for (sql, says) in [
+        (
+            "UPDATE messages SET duration_ms = '1 2 3 4' WHERE role = 'user'",
+            "duration_ms is text, not an integer",
+        ),
+        (
+            "UPDATE messages SET duration_ms = 2.5 WHERE role = 'user'",
+            "duration_ms is real, not an integer",
+        ),
+        (
+            "UPDATE messages SET duration_ms = NULL, prompt_tokens = 1, completion_tokens = 1, \
+             cached_tokens = x'00' WHERE role = 'user'",
+            "cached_tokens is blob, not an integer",
+        ),
+        (
+            "UPDATE messages SET prompt_tokens = NULL, completion_tokens = NULL, \
+             cached_tokens = NULL, created_at = 'today' WHERE role = 'user'",
+            "created_at is text, not an integer",
+        ),
+        (
+            "UPDATE messages SET created_at = 5, role = 'user ' WHERE role = 'user'",
+            r#"("user  complete 5    ")"#,
+        ),
+    ] {
+        db.execute(sql).await;
+        match s.path_to(u1.id).await.unwrap_err() {
+            StoreError::Corrupt(what) => {
+                assert!(what.contains(&u1.id.to_string()), "{what}");
+                assert!(what.contains(says), "{what}");
+            }
+            other => panic!("{sql}: expected Corrupt, got {other:?}"),
+        }
+        assert!(s.message(u1.id).await.is_err(), "{sql}");
+    }
+}

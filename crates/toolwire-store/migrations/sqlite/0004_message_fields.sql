@@ -7,9 +7,10 @@
 --
 -- `fields` is `role status created_at duration_ms prompt_tokens
 -- completion_tokens cached_tokens`, separated by single spaces, a NULL
--- as nothing, then ` model` when there is one (a model's name may hold
--- spaces: it is everything after the seventh space). The reader in
--- `src/rows.rs` (`Fields`) is its other half.
+-- as nothing, a number that is not an INTEGER (which only another program
+-- could have stored) as `!` and its type, then ` model` when there is one
+-- (a model's name may hold spaces: it is everything after the seventh
+-- space). The reader in `src/rows.rs` (`Fields`) is its other half.
 --
 -- SQLite adds a stored generated column only by rebuilding the table, the
 -- way its documentation gives (foreign keys off while the table is
@@ -47,11 +48,17 @@ CREATE TABLE messages_rebuilt (
     status            TEXT    NOT NULL,
     created_at        INTEGER NOT NULL,
     fields            TEXT    NOT NULL GENERATED ALWAYS AS (
-        role || ' ' || status || ' ' || created_at
-        || ' ' || ifnull(duration_ms, '')
-        || ' ' || ifnull(prompt_tokens, '')
-        || ' ' || ifnull(completion_tokens, '')
-        || ' ' || ifnull(cached_tokens, '')
+        role || ' ' || status
+        || ' ' || CASE typeof(created_at) WHEN 'integer' THEN created_at
+                  ELSE '!' || typeof(created_at) END
+        || ' ' || CASE typeof(duration_ms) WHEN 'integer' THEN duration_ms WHEN 'null' THEN ''
+                  ELSE '!' || typeof(duration_ms) END
+        || ' ' || CASE typeof(prompt_tokens) WHEN 'integer' THEN prompt_tokens WHEN 'null' THEN ''
+                  ELSE '!' || typeof(prompt_tokens) END
+        || ' ' || CASE typeof(completion_tokens) WHEN 'integer' THEN completion_tokens
+                  WHEN 'null' THEN '' ELSE '!' || typeof(completion_tokens) END
+        || ' ' || CASE typeof(cached_tokens) WHEN 'integer' THEN cached_tokens WHEN 'null' THEN ''
+                  ELSE '!' || typeof(cached_tokens) END
         || ifnull(' ' || model, '')
     ) STORED,
     UNIQUE (id, conversation_id),
@@ -89,3 +96,7 @@ CREATE INDEX messages_line ON messages (line, seq);
 COMMIT;
 
 PRAGMA foreign_keys = ON;
+
+-- The copy went through the WAL: give its space back now rather than keep
+-- a WAL file as large as the table.
+PRAGMA wal_checkpoint(TRUNCATE);

@@ -103,11 +103,23 @@ struct Queue {
     expect: usize,
     /// Chunks read and not yet taken, in path order.
     raw: VecDeque<Chunk>,
-    /// Chunks the reader decoded, last first, and the first error it met.
+    /// Chunks the reader decoded, last first, and the error it met.
     decoded: Vec<Decoded>,
     failed: Option<StoreError>,
     /// The reader is done: it will queue or decode nothing more.
     done: bool,
+    /// The caller has failed or stopped waiting (its read was dropped):
+    /// the reader decodes nothing more, for nobody.
+    given_up: bool,
+}
+
+/// Gives the read up when the caller's side ends, however it ends.
+struct GiveUp<'a>(&'a Handoff);
+
+impl Drop for GiveUp<'_> {
+    fn drop(&mut self) {
+        self.0.queue().given_up = true;
+    }
 }
 
 impl Handoff {
@@ -118,6 +130,7 @@ impl Handoff {
     /// The caller's side: decodes the chunks as they come, from the front,
     /// until the reader is done; then the path's messages, in order.
     pub(super) async fn decode(&self, pool: &Pool) -> Result<Decoded> {
+        let _give_up = GiveUp(self);
         let mut decoded = Decoded::default();
         let mut failed = Ok(());
         loop {
@@ -133,7 +146,12 @@ impl Handoff {
                 }
             };
             match next {
-                Some(chunk) if failed.is_ok() => failed = decoded.decode(chunk, pool),
+                Some(chunk) if failed.is_ok() => {
+                    failed = decoded.decode(chunk, pool);
+                    if failed.is_err() {
+                        self.queue().given_up = true;
+                    }
+                }
                 Some(chunk) => pool.give(chunk.rows, chunk.text),
                 // A wake-up given while the queue was looked at is kept.
                 None => self.woken.notified().await,
@@ -157,7 +175,14 @@ impl Handoff {
     /// the caller has not taken, from the back.
     fn help(&self, pool: &Pool) {
         loop {
-            let Some(chunk) = self.queue().raw.pop_back() else {
+            let chunk = {
+                let mut queue = self.queue();
+                if queue.given_up || queue.failed.is_some() {
+                    return;
+                }
+                queue.raw.pop_back()
+            };
+            let Some(chunk) = chunk else {
                 return;
             };
             let mut part = Decoded::default();
@@ -166,9 +191,8 @@ impl Handoff {
             let mut queue = self.queue();
             match result {
                 Ok(()) => queue.decoded.push(part),
-                Err(e) => {
-                    queue.failed.get_or_insert(e);
-                }
+                // The caller's own error, if any, comes first on the path.
+                Err(e) => queue.failed = Some(e),
             }
         }
     }
@@ -185,6 +209,9 @@ pub(super) struct Sink {
     /// Rows the chunk being filled is queued at.
     rows: usize,
     chunk: Chunk,
+    /// The caller has given the read up (seen when a chunk is queued):
+    /// the reader may stop.
+    given_up: bool,
 }
 
 impl Sink {
@@ -200,6 +227,7 @@ impl Sink {
                 rows: Vec::new(),
                 text: Vec::new(),
             },
+            given_up: false,
         }
     }
 
@@ -251,8 +279,17 @@ impl Sink {
         self.rows = (self.rows * 2).min(CHUNK_ROWS_MAX);
         let next = self.empty();
         let chunk = std::mem::replace(&mut self.chunk, next);
-        self.handoff.queue().raw.push_back(chunk);
+        {
+            let mut queue = self.handoff.queue();
+            queue.raw.push_back(chunk);
+            self.given_up = queue.given_up;
+        }
         self.handoff.woken.notify_one();
+    }
+
+    /// Whether the caller has given the read up: reading on is for nobody.
+    pub(super) fn given_up(&self) -> bool {
+        self.given_up
     }
 
     /// Every row is read: decodes what the caller has not (see [`Handoff`]).
@@ -330,10 +367,15 @@ impl Decoded {
     }
 }
 
-/// The [`Fields`] of message `id` in `text`, as read from its row.
+/// The [`Fields`] of message `id` in `text`, as read from its row. An
+/// error quotes the text: a space inside a role or a status shifts the
+/// fields after it, so the field named may not be the culprit.
 pub(super) fn fields(id: Uuid, text: &[u8]) -> Result<Fields<'_>> {
     let corrupt = |e: &dyn std::fmt::Display| {
-        StoreError::Corrupt(format!("message {id}: column `fields`: {e}"))
+        StoreError::Corrupt(format!(
+            "message {id}: column `fields` ({:?}): {e}",
+            String::from_utf8_lossy(text)
+        ))
     };
     Fields::parse(std::str::from_utf8(text).map_err(|e| corrupt(&e))?).map_err(|e| corrupt(&e))
 }
