@@ -3,8 +3,8 @@
 //!
 //! On a file, reads go through sqlx, except [`Store::path_to`](crate::Store):
 //! it reads through the backend's own `rusqlite` connections, on tokio's
-//! blocking threads, while the caller decodes the rows read so far (see
-//! [`raw`]). sqlx's SQLite driver copies every value of every row
+//! blocking threads, while the caller decodes the rows read so far, helped
+//! by the reader once it has read them all (see [`raw`]). sqlx's SQLite driver copies every value of every row
 //! it returns (and hands the rows over from its worker thread one by one),
 //! which made a 10,000-message path cost some 40 ms more than reading it;
 //! rusqlite reads the values in place. Both libraries link the one SQLite
