@@ -164,14 +164,18 @@ impl<'a> Updates<'a> {
                     )
                 }
                 // A command in the editor's terminal says so: the call
-                // shows that terminal.
-                Progress::Status { .. } => match self.client_terminal(call_id) {
+                // shows that terminal. Other status lines (an MCP server's
+                // progress) show while the call has nothing else to show.
+                Progress::Status { text } => match self.client_terminal(call_id) {
                     Some(terminal_id) => self.patch(
                         ToolCallPatch::new(call_id.clone())
                             .content(vec![ToolCallContent::Terminal { terminal_id }]),
                         now,
                     ),
-                    None => Ok(()),
+                    None => {
+                        let tracked = self.tracker.status_line(call_id, text, now);
+                        self.send_tracked(tracked, None, "status line dropped")
+                    }
                 },
             },
             // The plan the tool accepted (one it refused is not shown: the

@@ -1874,3 +1874,71 @@ steps:
     }
     drop(http);
 }
+
+#[tokio::test]
+async fn an_mcp_tools_progress_shows_on_its_call_until_the_result() {
+    let Some(mcp_dir) = mcp_http::mcp_dir() else {
+        return;
+    };
+    let http = mcp_http::HttpServer::everything(&mcp_dir).await;
+    let dirs = Dirs::new();
+    let script = write_file(
+        dirs.home(),
+        "script.yaml",
+        r#"
+steps:
+  - text: "Working."
+    tool_calls: [{name: everything__trigger-long-running-operation, arguments: {duration: 2, steps: 4}}]
+  - text: "Done."
+"#,
+    );
+    let (child, transport) = spawn_agent(dirs.home(), &script, &dirs.db());
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let url = http.url.clone();
+    let stop = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let servers = vec![McpServer::Http(McpServerHttp::new(
+                "everything",
+                url.as_str(),
+            ))];
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd).mcp_servers(servers))
+                .block_task()
+                .await?
+                .session_id;
+            prompt(&cx, &session, "run the long operation").await
+        })
+        .await;
+    assert_eq!(stop, StopReason::EndTurn);
+
+    // The call's content, update by update: the server's progress lines
+    // (0.5 s apart, so none coalesce), then the result in their place.
+    let shown: Vec<String> = editor
+        .updates()
+        .into_iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(u) => u.fields.content,
+            _ => None,
+        })
+        .map(|content| content.into_iter().map(content_text).collect())
+        .collect();
+    let progress: Vec<&str> = shown
+        .iter()
+        .map(String::as_str)
+        .filter(|s| s.contains("(25%)") || s.contains("(50%)") || s.contains("(75%)"))
+        .collect();
+    assert_eq!(
+        progress,
+        ["1/4 (25%)", "2/4 (50%)", "3/4 (75%)"],
+        "{shown:#?}"
+    );
+    let last = shown.last().expect("content was sent");
+    assert!(
+        last.contains("Long running operation completed"),
+        "{shown:#?}"
+    );
+    child.assert_valid();
+    drop(http);
+}

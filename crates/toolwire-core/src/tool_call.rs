@@ -527,6 +527,9 @@ struct Output {
     dirty: bool,
     /// Index in `target.content` of the text item holding the tail.
     slot: Option<usize>,
+    /// The content is a status line put there by
+    /// [`ToolCallTracker::status_line`], for the next one to replace.
+    status_line: bool,
 }
 
 #[derive(Debug)]
@@ -690,6 +693,7 @@ impl ToolCallTracker {
             // end), so a final content set by the caller stays as given.
             call.output.slot = None;
             call.output.dirty = false;
+            call.output.status_line = false;
         }
         patch.apply_to(&mut call.target);
         let merged = mark_pending(call, now);
@@ -716,6 +720,10 @@ impl ToolCallTracker {
         let appended = self.config.appended_output;
         let limit = self.config.output_limit;
         let call = self.live_call(id)?;
+        if std::mem::take(&mut call.output.status_line) {
+            // The output shows what the tool is doing now.
+            call.target.content.clear();
+        }
         if appended {
             if terminal_id(&call.target).is_none() {
                 call.target.content.push(ToolCallContent::Terminal {
@@ -730,6 +738,32 @@ impl ToolCallTracker {
                 .push(data, limit);
             call.output.dirty = true;
         }
+        let merged = mark_pending(call, now);
+        self.metrics.coalesced += u64::from(merged);
+        Ok(self.emit_if_ready(id, now))
+    }
+
+    /// Shows a running tool's passing status line ("3/10 (30%): indexing")
+    /// as the call's content while it has nothing else to show: no output
+    /// yet and no content the caller set. The next status line replaces
+    /// it; output and any content the caller sets take its place. Returns
+    /// the patch to send now, if any (as [`update`](Self::update)); a line
+    /// that would hide something is not shown, and that is no error.
+    pub fn status_line(
+        &mut self,
+        id: &ToolCallId,
+        text: &str,
+        now: Instant,
+    ) -> Result<Option<ToolCallPatch>, TrackerError> {
+        let call = self.live_call(id)?;
+        let nothing_else = call.target.content.is_empty()
+            && call.output.tail.is_none()
+            && call.output.appended.is_empty();
+        if !call.output.status_line && !nothing_else {
+            return Ok(None);
+        }
+        call.output.status_line = true;
+        call.target.content = vec![ToolCallContent::text(text)];
         let merged = mark_pending(call, now);
         self.metrics.coalesced += u64::from(merged);
         Ok(self.emit_if_ready(id, now))

@@ -26,6 +26,12 @@ pub enum ToolCallChange {
     Patch(Box<ToolCallPatch>),
     /// Output the running tool appended.
     Output { id: ToolCallId, text: String },
+    /// A passing status line of the running tool (an MCP server's
+    /// progress, say): shown while the call has nothing else to show
+    /// ([`ToolCallTracker::status_line`]).
+    ///
+    /// [`ToolCallTracker::status_line`]: crate::ToolCallTracker::status_line
+    StatusLine { id: ToolCallId, text: String },
     /// A top-level argument of a call still streaming is complete: the
     /// call's `raw_input` grows by it. Only the consumer knows the fields
     /// so far (its tracker's current state), so it builds the patch with
@@ -151,8 +157,10 @@ pub fn changes(event: &AgentEvent) -> Vec<ToolCallChange> {
             Progress::Locations { locations } => vec![ToolCallChange::patch(
                 ToolCallPatch::new(call_id.clone()).locations(locations.clone()),
             )],
-            // A passing status line is the tool's, not the call's state.
-            Progress::Status { .. } => Vec::new(),
+            Progress::Status { text } => vec![ToolCallChange::StatusLine {
+                id: call_id.clone(),
+                text: text.clone(),
+            }],
         },
         AgentEvent::ToolExecutionCompleted {
             call_id, message, ..

@@ -623,11 +623,99 @@ fn content_set_by_the_caller_replaces_the_output_item() {
     );
 }
 
+/// A call with nothing to show yet (a command, an MCP tool).
+fn bare_tracker(appended: bool) -> ToolCallTracker {
+    let mut t = ToolCallTracker::new(TrackerConfig {
+        appended_output: appended,
+        ..TrackerConfig::default()
+    });
+    t.announce(ToolCallState::new(ID, "index", ToolKind::Other))
+        .unwrap();
+    t
+}
+
+#[test]
+fn a_status_line_shows_until_the_next_one_or_the_output() {
+    for appended in [false, true] {
+        let mut t = bare_tracker(appended);
+        let now = Instant::now();
+        let p = t.status_line(&id(), "1/3 (33%): scanning", now).unwrap();
+        assert_eq!(
+            p.unwrap().content,
+            Some(vec![ToolCallContent::text("1/3 (33%): scanning")])
+        );
+        let p = t.status_line(&id(), "2/3 (67%): indexing", now).unwrap();
+        assert_eq!(
+            p.unwrap().content,
+            Some(vec![ToolCallContent::text("2/3 (67%): indexing")])
+        );
+        // The same line again changes nothing.
+        assert_eq!(
+            t.status_line(&id(), "2/3 (67%): indexing", now).unwrap(),
+            None
+        );
+        // Output takes the line's place, and no later line hides it.
+        let p = t.append_output(&id(), "done\n", now).unwrap().unwrap();
+        let output = if appended {
+            ToolCallContent::Terminal {
+                terminal_id: ID.into(),
+            }
+        } else {
+            ToolCallContent::text("done\n")
+        };
+        assert_eq!(p.content, Some(vec![output.clone()]));
+        assert_eq!(t.status_line(&id(), "3/3 (100%)", now).unwrap(), None);
+        assert_eq!(t.current(&id()).unwrap().content, vec![output]);
+    }
+}
+
+#[test]
+fn a_status_line_never_hides_content_the_caller_set() {
+    let now = Instant::now();
+    // The edit's diff stays.
+    let mut t = tracker();
+    assert_eq!(t.status_line(&id(), "applying", now).unwrap(), None);
+    assert_eq!(t.current(&id()).unwrap().content, edit_state().content);
+    // The final content replaces a line, and a later line is refused.
+    let mut t = bare_tracker(false);
+    t.status_line(&id(), "working", now).unwrap();
+    let result = vec![ToolCallContent::text("42 files indexed")];
+    let p = t
+        .update(
+            ToolCallPatch::new(ID)
+                .status(ToolCallStatus::Completed)
+                .content(result.clone()),
+            now,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.content, Some(result));
+    assert!(matches!(
+        t.status_line(&id(), "late", now),
+        Err(TrackerError::Finished { .. })
+    ));
+    // Content set while a line shows replaces it for good.
+    let mut t = bare_tracker(false);
+    t.status_line(&id(), "working", now).unwrap();
+    let terminal = vec![ToolCallContent::Terminal {
+        terminal_id: "term-1".into(),
+    }];
+    t.update(ToolCallPatch::new(ID).content(terminal.clone()), now)
+        .unwrap();
+    assert_eq!(t.status_line(&id(), "still working", now).unwrap(), None);
+    assert_eq!(t.current(&id()).unwrap().content, terminal);
+    assert!(matches!(
+        t.status_line(&ToolCallId::from("nope"), "x", now),
+        Err(TrackerError::Unknown(_))
+    ));
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Title(u8),
     Text(u8),
     Output(u8),
+    Line(u8),
     Raw(Option<u8>),
     Status(u8),
     Wait(u16),
@@ -639,6 +727,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..3).prop_map(Op::Title),
         (0u8..3).prop_map(Op::Text),
         (0u8..3).prop_map(Op::Output),
+        (0u8..3).prop_map(Op::Line),
         proptest::option::of(0u8..3).prop_map(Op::Raw),
         (0u8..4).prop_map(Op::Status),
         (0u16..120).prop_map(Op::Wait),
@@ -657,6 +746,7 @@ proptest! {
         coalesce: bool,
         appended: bool,
         complete: bool,
+        bare: bool,
     ) {
         let config = TrackerConfig {
             coalesce,
@@ -666,7 +756,13 @@ proptest! {
             ..TrackerConfig::default()
         };
         let mut t = ToolCallTracker::new(config);
-        let mut client = t.announce(edit_state()).unwrap();
+        // A bare call lets status lines show; an edit's diff hides them.
+        let announced = if bare {
+            ToolCallState::new(ID, "index", ToolKind::Other)
+        } else {
+            edit_state()
+        };
+        let mut client = t.announce(announced).unwrap();
         let mut now = Instant::now();
         let mut patches = Vec::new();
         let mut last_status = client.status;
@@ -676,6 +772,7 @@ proptest! {
                 Op::Title(n) => t.update(patch.title(format!("t{n}")), now),
                 Op::Text(n) => t.update(patch.content(vec![ToolCallContent::text(format!("c{n}"))]), now),
                 Op::Output(n) => t.append_output(&id(), &format!("out {n}\n").repeat(usize::from(n) * 5), now),
+                Op::Line(n) => t.status_line(&id(), &format!("line {n}"), now),
                 Op::Raw(n) => t.update(patch.raw_output(n.map_or(Value::Null, |n| json!({"n": n}))), now),
                 Op::Status(n) => {
                     let s = [ToolCallStatus::Pending, ToolCallStatus::InProgress, ToolCallStatus::Completed, ToolCallStatus::Failed][usize::from(n)];

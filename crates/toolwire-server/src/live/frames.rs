@@ -350,6 +350,11 @@ impl Renderer {
                         frames.push(self.tool_update(seq, &p));
                     }
                 }
+                ToolCallChange::StatusLine { id, text } => {
+                    if let Ok(Some(p)) = self.tracker.status_line(&id, &text, now) {
+                        frames.push(self.tool_update(seq, &p));
+                    }
+                }
             }
         }
         frames
