@@ -30,23 +30,31 @@ pub(crate) struct ClientFs {
     pub session_id: SessionId,
     pub read: bool,
     pub write: bool,
+    /// The built-in tools' sandbox, and what they wrote (for the file
+    /// watcher).
+    pub workspace: Arc<Workspace>,
+    /// The session's cwd as the editor gave it.
+    pub cwd: PathBuf,
 }
 
 impl ClientFs {
+    /// Reads `path` (resolved in the sandbox) from the editor.
     async fn read(
         &self,
         path: &Path,
         line: Option<u32>,
         limit: Option<u32>,
     ) -> Result<String, agent_client_protocol::Error> {
-        let request = ReadTextFileRequest::new(self.session_id.clone(), path)
+        let request = ReadTextFileRequest::new(self.session_id.clone(), self.editor_path(path))
             .line(line)
             .limit(limit);
         Ok(self.cx.send_request(request).block_task().await?.content)
     }
 
-    /// Writes `text` to `path` in the editor, unless the call is cancelled
-    /// first.
+    /// Writes `text` to `path` (resolved in the sandbox) in the editor,
+    /// unless the call is cancelled first. Recorded as the agent's own
+    /// write first, so that the file watcher does not report the editor's
+    /// save back to the model as an outside change.
     async fn write(
         &self,
         path: &Path,
@@ -54,34 +62,58 @@ impl ClientFs {
         text: String,
         ctx: &ToolContext,
     ) -> Result<(), ToolError> {
-        let request = WriteTextFileRequest::new(self.session_id.clone(), path, text);
+        let own_writes = self.workspace.own_writes();
+        own_writes.record(path, text.as_bytes());
+        let request =
+            WriteTextFileRequest::new(self.session_id.clone(), self.editor_path(path), text);
         let written = self.cx.send_request(request).block_task();
-        tokio::select! {
+        let result = tokio::select! {
             written = written => written.map(drop).map_err(|e| {
                 ToolError::Failed(format!("the editor could not write `{shown}`: {}", e.message))
             }),
             () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        };
+        if result.is_err() {
+            own_writes.forget(path);
         }
+        result
+    }
+
+    /// The file a call names, checked against the sandbox, as a path and
+    /// as shown to the model; reported as the call's location (by the
+    /// editor's name for it).
+    fn target(
+        &self,
+        path: &str,
+        line: Option<u32>,
+        ctx: &ToolContext,
+    ) -> Result<(PathBuf, String), ToolError> {
+        let path = self.workspace.resolve(path)?;
+        ctx.progress.report(toolwire_core::Progress::Locations {
+            locations: vec![toolwire_core::Location {
+                path: self.editor_path(&path).display().to_string(),
+                line,
+            }],
+        });
+        let shown = self.workspace.display(&path);
+        Ok((path, shown))
+    }
+
+    fn editor_path(&self, resolved: &Path) -> PathBuf {
+        editor_path(&self.cwd, &self.workspace, resolved)
     }
 }
 
-/// The file a call names, checked against the sandbox, as a path and as
-/// shown to the model; reported as the call's location.
-fn target(
-    workspace: &Workspace,
-    path: &str,
-    line: Option<u32>,
-    ctx: &ToolContext,
-) -> Result<(PathBuf, String), ToolError> {
-    let path = workspace.resolve(path)?;
-    ctx.progress.report(toolwire_core::Progress::Locations {
-        locations: vec![toolwire_core::Location {
-            path: path.display().to_string(),
-            line,
-        }],
-    });
-    let shown = workspace.display(&path);
-    Ok((path, shown))
+/// `resolved` (canonical, in the sandbox) as the editor names it: under
+/// the cwd it gave, which may be a symlink to the sandbox's root (macOS's
+/// `/tmp`, a linked project folder). The editor knows its buffers by
+/// those names; the canonical one would look like a file outside its
+/// project.
+pub(crate) fn editor_path(cwd: &Path, workspace: &Workspace, resolved: &Path) -> PathBuf {
+    match resolved.strip_prefix(workspace.root()) {
+        Ok(rest) => cwd.join(rest),
+        Err(_) => resolved.to_path_buf(),
+    }
 }
 
 /// What an edit preview can show of the file it would change.
@@ -159,7 +191,6 @@ pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> OldText 
 pub(crate) struct ClientReadFile {
     pub spec: ToolSpec,
     pub fs: ClientFs,
-    pub workspace: Arc<Workspace>,
 }
 
 #[derive(Deserialize)]
@@ -184,7 +215,7 @@ impl Tool for ClientReadFile {
                 "offset and limit start at 1 (lines are numbered from 1)".into(),
             ));
         }
-        let (path, shown) = target(&self.workspace, &args.path, args.offset.or(Some(1)), &ctx)?;
+        let (path, shown) = self.fs.target(&args.path, args.offset.or(Some(1)), &ctx)?;
         let read = self.fs.read(&path, args.offset, args.limit);
         let mut text = tokio::select! {
             read = read => read.map_err(|e| ToolError::Failed(format!("the editor could not read `{shown}`: {}", e.message)))?,
@@ -208,7 +239,6 @@ impl Tool for ClientReadFile {
 pub(crate) struct ClientWriteFile {
     pub spec: ToolSpec,
     pub fs: ClientFs,
-    pub workspace: Arc<Workspace>,
 }
 
 #[derive(Deserialize)]
@@ -225,7 +255,7 @@ impl Tool for ClientWriteFile {
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: WriteArgs = parse_args(arguments)?;
-        let (path, shown) = target(&self.workspace, &args.path, None, &ctx)?;
+        let (path, shown) = self.fs.target(&args.path, None, &ctx)?;
         let bytes = args.content.len();
         self.fs.write(&path, &shown, args.content, &ctx).await?;
         Ok(ToolOutput::ok(format!(
@@ -239,7 +269,6 @@ impl Tool for ClientWriteFile {
 pub(crate) struct ClientApplyDiff {
     pub spec: ToolSpec,
     pub fs: ClientFs,
-    pub workspace: Arc<Workspace>,
 }
 
 #[derive(Deserialize)]
@@ -256,7 +285,7 @@ impl Tool for ClientApplyDiff {
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: DiffArgs = parse_args(arguments)?;
-        let (path, shown) = target(&self.workspace, &args.path, None, &ctx)?;
+        let (path, shown) = self.fs.target(&args.path, None, &ctx)?;
         // A file the editor reports missing (`-32002`) counts as empty: a
         // diff that creates it starts from nothing, any other fails to
         // apply. Any other error is not an empty file.

@@ -35,6 +35,7 @@ mod updates;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
@@ -242,7 +243,10 @@ struct Session {
     /// them).
     permissions: Arc<Mutex<permissions::Permissions>>,
     /// Set by `session/cancel`; the running prompt answers `cancelled`.
-    cancelled: Arc<std::sync::atomic::AtomicBool>,
+    cancelled: Arc<AtomicBool>,
+    /// A prompt is running (one at a time: a second is refused, and
+    /// leaves the first one's cancel alone).
+    prompting: Arc<AtomicBool>,
     /// The configured per-tool policies.
     policies: Policies,
     /// How its tool calls are sent (the settings, and what the client
@@ -256,9 +260,43 @@ struct Session {
 }
 
 impl Session {
+    /// The options of the session's turns: its tools, and the calls that
+    /// wait for an answer under its policies and "always" answers. Given
+    /// to every prompt, and to the engine for the turns it starts itself
+    /// (set again whenever an "always" answer changes them).
+    fn turn_options(&self) -> TurnOptions {
+        TurnOptions {
+            tools: Some(self.tools.clone()),
+            require_approval: permissions::require_approval(self),
+            ..TurnOptions::default()
+        }
+    }
+
+    /// Marks a prompt as running; `None` if one already is. The prompt
+    /// runs while the guard lives.
+    fn start_prompt(&self) -> Option<PromptGuard> {
+        self.prompting
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()
+            .map(|_| PromptGuard(self.prompting.clone()))
+    }
+
+    fn is_prompting(&self) -> bool {
+        self.prompting.load(Ordering::SeqCst)
+    }
+
     /// What the session's tool call updates have cost so far.
     fn metrics(&self) -> TrackerMetrics {
         self.metrics.lock().map(|m| *m).unwrap_or_default()
+    }
+}
+
+/// Clears a session's running prompt when the prompt ends, however.
+struct PromptGuard(Arc<AtomicBool>);
+
+impl Drop for PromptGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -335,6 +373,8 @@ impl AcpAgent {
             session_id: session_id.clone(),
             read: caps.read_text_file,
             write: caps.write_text_file,
+            workspace: workspace.clone(),
+            cwd: cwd.to_path_buf(),
         });
         // The editor's versions take the built-in names (and specs), so the
         // model sees the same tools either way.
@@ -343,21 +383,18 @@ impl AcpAgent {
                 tools.register(Arc::new(client_fs::ClientReadFile {
                     spec: builtin.spec().clone(),
                     fs: fs.clone(),
-                    workspace: workspace.clone(),
                 }));
             }
             if let (true, Some(builtin)) = (fs.read && fs.write, tools.get("apply_diff")) {
                 tools.register(Arc::new(client_fs::ClientApplyDiff {
                     spec: builtin.spec().clone(),
                     fs: fs.clone(),
-                    workspace: workspace.clone(),
                 }));
             }
             if let (true, Some(builtin)) = (fs.write, tools.get("write_file")) {
                 tools.register(Arc::new(client_fs::ClientWriteFile {
                     spec: builtin.spec().clone(),
                     fs: fs.clone(),
-                    workspace: workspace.clone(),
                 }));
             }
         }
@@ -366,6 +403,7 @@ impl AcpAgent {
                 cx: cx.clone(),
                 session_id: session_id.clone(),
                 workspace: workspace.clone(),
+                cwd: cwd.to_path_buf(),
                 terminals: terminals.clone(),
                 builtin,
             }));
@@ -481,6 +519,7 @@ impl AcpAgent {
             workspace: tools.workspace,
             permissions: Arc::new(Mutex::new(permissions)),
             cancelled: Arc::default(),
+            prompting: Arc::default(),
             policies: self.settings.policies.clone(),
             tracker,
             metrics: Arc::default(),
@@ -489,14 +528,8 @@ impl AcpAgent {
         // Turns the engine starts itself (a waking notification, a late
         // interjection) run with the session's tools and permission
         // policy, even before its first prompt after a load.
-        self.engine.set_conversation_options(
-            conversation,
-            TurnOptions {
-                tools: Some(session.tools.clone()),
-                require_approval: permissions::require_approval(&session),
-                ..TurnOptions::default()
-            },
-        );
+        self.engine
+            .set_conversation_options(conversation, session.turn_options());
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session);
         }
@@ -591,6 +624,25 @@ impl AcpAgent {
             return responder.respond_with_error(invalid_params("unknown session"));
         };
         let store = self.engine.store();
+        if let Err(e) = store.conversation(conversation).await {
+            return responder.respond_with_error(invalid_params(format!("session: {e}")));
+        }
+        // A turn left waiting for answers (the agent or the editor went
+        // away while asking) would show its calls pending forever and
+        // refuse every prompt: its calls are recorded as not run first, so
+        // the history shows them ended. Not while a prompt of this
+        // connection is asking.
+        if !self
+            .session(&request.session_id)
+            .is_some_and(|s| s.is_prompting())
+        {
+            session::abandon_pending(
+                &self.engine,
+                conversation,
+                "not answered before the session was loaded again",
+            )
+            .await;
+        }
         let branch = match store.conversation(conversation).await {
             Ok(c) => store.path_to(c.active_leaf).await,
             Err(e) => return responder.respond_with_error(invalid_params(format!("session: {e}"))),
@@ -629,28 +681,36 @@ impl AcpAgent {
         let Some(session) = self.session(&request.session_id) else {
             return responder.respond_with_error(invalid_params("unknown session"));
         };
-        session
-            .cancelled
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let Some(running) = session.start_prompt() else {
+            return responder.respond_with_error(invalid_params(
+                "a prompt is already running in this session: wait for its answer, or cancel it",
+            ));
+        };
+        session.cancelled.store(false, Ordering::SeqCst);
         let engine = self.engine.clone();
         let text = convert::prompt_text(&request.prompt);
         let session_id = request.session_id;
         cx.clone().spawn(async move {
-            let answer = session::run_prompt(&engine, &session, session_id, &text, &cx).await;
+            let _running = running;
+            let answer =
+                session::run_prompt(&engine, &session, session_id.clone(), &text, &cx).await;
             match answer {
                 Ok(response) => responder.respond(response),
-                Err(e) => responder.respond_with_error(e),
+                Err(e) => {
+                    tracing::warn!(session = %session_id.0, error = %e, "ACP session/prompt failed");
+                    responder.respond_with_error(e)
+                }
             }
         })
     }
 
     fn cancel(&self, id: &SessionId) {
         if let Some(session) = self.session(id) {
-            session
-                .cancelled
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+            session.cancelled.store(true, Ordering::SeqCst);
             let was_running = self.engine.cancel(session.conversation);
             tracing::info!(session = %id.0, was_running, "ACP session/cancel");
+        } else {
+            tracing::warn!(session = %id.0, "ACP session/cancel: unknown session");
         }
     }
 }

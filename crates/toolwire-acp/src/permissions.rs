@@ -175,14 +175,22 @@ pub(crate) async fn ask(
             ));
             continue;
         }
-        let always_rejected = session
+        // An "always" answer given earlier, this batch included.
+        let always = session
             .permissions
             .lock()
-            .map(|p| p.reject.contains(&call.name))
-            .unwrap_or(false);
-        if always_rejected {
-            decisions.push((call.id.clone(), rejected()));
-            continue;
+            .map(|p| (p.allow.contains(&call.name), p.reject.contains(&call.name)))
+            .unwrap_or_default();
+        match always {
+            (_, true) => {
+                decisions.push((call.id.clone(), rejected()));
+                continue;
+            }
+            (true, _) => {
+                decisions.push((call.id.clone(), Decision::Approve));
+                continue;
+            }
+            _ => {}
         }
         if session.cancelled.load(Ordering::SeqCst) {
             decisions.push((call.id.clone(), cancelled_decision()));
@@ -203,6 +211,13 @@ pub(crate) async fn ask(
             }
             _ => cancelled_decision(),
         };
+        tracing::info!(
+            session = %session_id.0,
+            call = %call.id.0,
+            tool = %call.name,
+            approved = matches!(decision, Decision::Approve),
+            "the editor answered a permission request"
+        );
         decisions.push((call.id.clone(), decision));
     }
     Ok(decisions)
@@ -243,7 +258,10 @@ async fn remember(
         _ => (rejected(), None),
     };
     if let Some(permissions) = changed {
+        tracing::info!(tool, answer = %selected.option_id.0, "remembered for the session");
         permissions.save(engine, session.conversation).await;
+        // The turns the engine starts itself follow it too.
+        engine.set_conversation_options(session.conversation, session.turn_options());
     }
     decision
 }

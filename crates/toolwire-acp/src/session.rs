@@ -12,13 +12,13 @@ use agent_client_protocol::v1::schema::{
     self as acp, ContentChunk, PromptResponse, SessionId, SessionUpdate,
 };
 use toolwire_core::{
-    AgentEvent, ContentBlock, GatedCall, Message, Role, StopReason, ToolCall, ToolCallContent,
-    ToolCallId, ToolCallState, ToolCallStatus,
+    AgentEvent, ContentBlock, ConversationId, GatedCall, Message, Role, StopReason, ToolCall,
+    ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
 };
 use toolwire_engine::tools::builtin::{UPDATE_PLAN, preview_diff};
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 
-use crate::permissions::{ask, require_approval};
+use crate::permissions::ask;
 use crate::updates::{Updates, add_metrics};
 use crate::{Session, convert, internal, titles};
 
@@ -35,11 +35,16 @@ pub(crate) async fn run_prompt(
     let conversation = session.conversation;
     // Follow before the turn starts, so that nothing is missed.
     let mut follower = engine.follow(conversation);
-    let options = || TurnOptions {
-        tools: Some(session.tools.clone()),
-        require_approval: require_approval(session),
-        ..TurnOptions::default()
-    };
+    let options = || session.turn_options();
+    // A turn paused for answers no prompt is asking for (one the engine
+    // started itself, or one whose editor went away while asking) would
+    // refuse this prompt: its calls are not run, and the model is told.
+    abandon_pending(
+        engine,
+        conversation,
+        "no one answered: a new prompt came first",
+    )
+    .await;
     let handle = engine
         .send_with(conversation, text, None, options())
         .await
@@ -85,8 +90,16 @@ pub(crate) async fn run_prompt(
         options,
     )
     .await;
-    // Whatever waits goes out before the prompt is answered.
-    let flushed = updates.flush_all(Instant::now());
+    // Whatever waits goes out before the prompt is answered, and no call
+    // is left showing as pending or running.
+    let why = match &result {
+        Ok(response) if response.stop_reason == acp::StopReason::Cancelled => "cancelled",
+        _ => "the turn ended before this call ran",
+    };
+    let now = Instant::now();
+    let flushed = updates
+        .end_open_calls(why, now)
+        .and_then(|()| updates.flush_all(now));
     if let Ok(mut total) = session.metrics.lock() {
         add_metrics(&mut total, &updates.metrics());
     }
@@ -167,12 +180,7 @@ async fn drive(
                 Err(e) => {
                     // The editor could not be asked: the conversation must
                     // not stay paused, or every later prompt is refused.
-                    if let Ok(Some(abandoned)) = engine
-                        .abandon_pending(conversation, "the editor could not be asked")
-                        .await
-                    {
-                        abandoned.wait().await;
-                    }
+                    abandon_pending(engine, conversation, "the editor could not be asked").await;
                     return Err(e);
                 }
             };
@@ -194,13 +202,7 @@ async fn drive(
         }
         if cancelled() {
             if outcome.reason == StopReason::RequiresApproval {
-                match engine.abandon_pending(conversation, "cancelled").await {
-                    Ok(Some(abandoned)) => {
-                        abandoned.wait().await;
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "abandoning the paused turn"),
-                }
+                abandon_pending(engine, conversation, "cancelled").await;
             }
             return Ok(PromptResponse::new(acp::StopReason::Cancelled));
         }
@@ -212,6 +214,20 @@ async fn drive(
                 outcome.error.unwrap_or_default()
             ))),
         };
+    }
+}
+
+/// Ends the conversation's paused turn, if one waits for answers: its
+/// calls are recorded as not run, with `why`, and the conversation takes
+/// prompts again.
+pub(crate) async fn abandon_pending(engine: &Engine, conversation: ConversationId, why: &str) {
+    match engine.abandon_pending(conversation, why).await {
+        Ok(Some(abandoned)) => {
+            tracing::info!(%conversation, why, "calls waiting for an answer were not run");
+            abandoned.wait().await;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(%conversation, error = %e, "ending the paused turn"),
     }
 }
 

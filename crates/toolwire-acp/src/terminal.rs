@@ -32,6 +32,8 @@ pub(crate) struct ClientRunCommand {
     pub cx: ConnectionTo<Client>,
     pub session_id: SessionId,
     pub workspace: Arc<Workspace>,
+    /// The session's cwd as the editor gave it.
+    pub cwd: std::path::PathBuf,
     pub terminals: Terminals,
     /// The built-in tool: its spec, and background commands.
     pub builtin: Arc<dyn Tool>,
@@ -40,6 +42,9 @@ pub(crate) struct ClientRunCommand {
 /// How waiting for the command ended.
 enum Ended {
     Exited(TerminalExitStatus),
+    /// The editor could not say: the terminal is still killed and
+    /// released.
+    WaitFailed(agent_client_protocol::Error),
     TimedOut(u64),
     Cancelled,
 }
@@ -62,7 +67,11 @@ impl Tool for ClientRunCommand {
         };
         let create = CreateTerminalRequest::new(self.session_id.clone(), "sh")
             .args(vec!["-c".to_owned(), args.command.clone()])
-            .cwd(cwd)
+            .cwd(crate::client_fs::editor_path(
+                &self.cwd,
+                &self.workspace,
+                &cwd,
+            ))
             .output_byte_limit(OUTPUT_LIMIT);
         let terminal_id = self
             .cx
@@ -88,7 +97,10 @@ impl Tool for ClientRunCommand {
             ))
             .block_task();
         let ended = tokio::select! {
-            exited = wait => Ended::Exited(exited.map_err(|e| failed("failed", e))?.exit_status),
+            exited = wait => match exited {
+                Ok(exited) => Ended::Exited(exited.exit_status),
+                Err(e) => Ended::WaitFailed(e),
+            },
             () = tokio::time::sleep(Duration::from_secs(timeout)) => Ended::TimedOut(timeout),
             () = ctx.cancel.cancelled() => Ended::Cancelled,
         };
@@ -112,11 +124,14 @@ impl Tool for ClientRunCommand {
         if let Err(e) = self.cx.send_request(release).block_task().await {
             tracing::warn!(error = %e.message, "releasing the editor's terminal");
         }
-        let output = output.map_err(|e| failed("gave no output", e))?;
         match ended {
+            Ended::WaitFailed(e) => Err(failed("failed", e)),
             Ended::Cancelled => Err(ToolError::Cancelled),
             Ended::TimedOut(secs) => Err(ToolError::TimedOut(secs)),
-            Ended::Exited(status) => Ok(result(&output.output, output.truncated, &status)),
+            Ended::Exited(status) => {
+                let output = output.map_err(|e| failed("gave no output", e))?;
+                Ok(result(&output.output, output.truncated, &status))
+            }
         }
     }
 }

@@ -386,6 +386,20 @@ impl<'a> Updates<'a> {
         self.send_tracked(tracked, exit, "final update dropped")
     }
 
+    /// Ends, as failed with `why`, the calls still open when the prompt
+    /// ends: announced while the model wrote them and never run (a cancel,
+    /// a turn that failed), they would otherwise show pending forever.
+    pub(crate) fn end_open_calls(
+        &mut self,
+        why: &str,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        for id in self.tracker.unfinished() {
+            self.finish(&id, ToolCallStatus::Failed, why.to_owned(), now)?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self, id: &ToolCallId, now: Instant) -> Result<(), agent_client_protocol::Error> {
         match self.tracker.flush(id, now) {
             Ok(Some(patch)) => self.send_patch(patch, None),

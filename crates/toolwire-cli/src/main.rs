@@ -57,10 +57,16 @@ fn main() -> ExitCode {
     malloc::tune();
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries answers and protocols); RUST_LOG
-    // adjusts the level.
+    // adjusts the level. An editor keeps an ACP agent's stderr as its log:
+    // there the front door's own lines (sessions, answers remembered, each
+    // session's update metrics at the end) show by default.
+    let default_filter = match cli.command {
+        Command::Acp(_) => "warn,toolwire_acp=info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -293,6 +293,8 @@ enum Answer {
     /// cancels the session and answers the question `cancelled`, as ACP
     /// asks.
     Cancel,
+    /// The question stays open (the editor goes away before answering).
+    Never,
 }
 
 /// What the editor was asked to do for the agent.
@@ -317,6 +319,8 @@ struct Editor {
     answer: Answer,
     /// Told each time a tool call goes in progress.
     running: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+    /// Writes go to disk too, as an editor's save does.
+    saves: bool,
 }
 
 impl Editor {
@@ -327,7 +331,14 @@ impl Editor {
             log: Arc::default(),
             answer,
             running: None,
+            saves: false,
         }
+    }
+
+    /// This editor, saving what it is asked to write.
+    fn saving(mut self) -> Self {
+        self.saves = true;
+        self
     }
 
     /// An editor that allows once whatever it is asked.
@@ -368,7 +379,7 @@ impl Editor {
         main: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<R, AcpError>,
     ) -> R {
         let (seen, running) = (self.updates.clone(), self.running.clone());
-        let (asked, answer) = (self.asked.clone(), self.answer);
+        let (asked, answer, saves) = (self.asked.clone(), self.answer, self.saves);
         let (l1, l2, l3, l4) = (
             self.log.clone(),
             self.log.clone(),
@@ -404,6 +415,10 @@ impl Editor {
                                 RequestPermissionOutcome::Cancelled,
                             ))
                         }
+                        Answer::Never => {
+                            std::mem::forget(responder);
+                            Ok(())
+                        }
                     }
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -429,6 +444,9 @@ impl Editor {
             )
             .on_receive_request(
                 async move |request: WriteTextFileRequest, responder, _cx| {
+                    if saves {
+                        std::fs::write(&request.path, &request.content).unwrap();
+                    }
                     l2.lock()
                         .unwrap()
                         .writes
@@ -1340,7 +1358,25 @@ async fn command_output_is_a_bounded_tail_for_other_clients() {
 
 #[tokio::test]
 async fn files_and_commands_go_through_an_editor_that_offers_them() {
+    files_and_commands_through_the_editor(false).await;
+}
+
+/// A project opened through a symlink (macOS's `/tmp`, a linked folder):
+/// the editor is asked about its files by the names it gave.
+#[tokio::test]
+async fn an_editor_whose_cwd_is_a_symlink_is_asked_by_its_own_names() {
+    files_and_commands_through_the_editor(true).await;
+}
+
+async fn files_and_commands_through_the_editor(cwd_is_a_link: bool) {
     let dirs = Dirs::new();
+    let cwd = if cwd_is_a_link {
+        let link = dirs.home().join("linked-project");
+        std::os::unix::fs::symlink(dirs.project(), &link).unwrap();
+        link
+    } else {
+        dirs.cwd()
+    };
     let data = tempfile::tempdir().unwrap();
     std::fs::write(dirs.project().join("notes.txt"), "on disk\n").unwrap();
     let script = json_script(
@@ -1364,11 +1400,11 @@ async fn files_and_commands_go_through_an_editor_that_offers_them() {
             .read_text_file(true)
             .write_text_file(true))
         .terminal(true);
-    let stop = one_prompt(&editor, transport, caps, dirs.cwd(), "go").await;
+    let stop = one_prompt(&editor, transport, caps, cwd.clone(), "go").await;
     assert_eq!(stop, StopReason::EndTurn);
     drop(child);
 
-    let notes = dirs.project().join("notes.txt");
+    let notes = cwd.join("notes.txt");
     let log = editor.log.lock().unwrap();
     assert!(log.reads.contains(&notes), "{log:?}");
     // The diff applied to the editor's buffer, not to the file on disk.
@@ -1391,7 +1427,7 @@ async fn files_and_commands_go_through_an_editor_that_offers_them() {
         [(
             "sh".to_owned(),
             vec!["-c".to_owned(), "make".to_owned()],
-            Some(dirs.cwd())
+            Some(cwd.clone())
         )]
     );
     assert_eq!(log.released, ["term-1"]);
@@ -1419,6 +1455,14 @@ async fn files_and_commands_go_through_an_editor_that_offers_them() {
         terminal,
         "the command's call shows the editor's terminal: {updates:#?}"
     );
+    // Every location shown is under the cwd the editor gave.
+    for u in &updates {
+        if let SessionUpdate::ToolCallUpdate(up) = u {
+            for l in up.fields.locations.iter().flatten() {
+                assert!(l.path.starts_with(&cwd), "{l:?} is not under {cwd:?}");
+            }
+        }
+    }
 }
 
 #[tokio::test]
@@ -1941,4 +1985,233 @@ steps:
     );
     child.assert_valid();
     drop(http);
+}
+
+// ---------------------------------------------------------------------
+// Prompts that end early: cancels, overlapping prompts, an agent gone
+// while asking.
+
+#[tokio::test]
+async fn allow_always_covers_the_rest_of_its_batch() {
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted(
+        "script.yaml",
+        r#"
+steps:
+  - text: "Writing two."
+    tool_calls:
+      - {name: write_file, arguments: {path: "a.txt", content: "a\n"}}
+      - {name: write_file, arguments: {path: "b.txt", content: "b\n"}}
+  - text: "Done."
+"#,
+    );
+    let editor = Editor::answering(Answer::Select("allow_always"));
+    let stop = one_prompt(
+        &editor,
+        transport,
+        ClientCapabilities::new(),
+        dirs.cwd(),
+        "go",
+    )
+    .await;
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(editor.asked().len(), 1, "{:#?}", editor.asked());
+    for (name, text) in [("a.txt", "a\n"), ("b.txt", "b\n")] {
+        assert_eq!(
+            std::fs::read_to_string(dirs.project().join(name)).unwrap(),
+            text
+        );
+    }
+    drop(child);
+}
+
+#[tokio::test]
+async fn a_second_prompt_while_one_runs_is_refused_and_the_cancel_holds() {
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted(
+        "script.yaml",
+        "steps:\n  - text: \"a long answer that streams one byte at a time\"\n    chunk_size: 1\n    delay_ms: 100\n",
+    );
+    let cwd = dirs.cwd();
+    let (first, second) = Editor::new()
+        .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "talk"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cx.send_notification(CancelNotification::new(session.clone()))?;
+            let second = cx
+                .send_request(prompt_request(&session, "talk again"))
+                .block_task()
+                .await;
+            Ok((first.block_task().await?.stop_reason, second))
+        })
+        .await;
+    assert_eq!(first, StopReason::Cancelled);
+    let refused = second.expect_err("the second prompt is refused");
+    assert!(
+        format!("{refused:?}").contains("a prompt is already running"),
+        "{refused:?}"
+    );
+    drop(child);
+}
+
+#[tokio::test]
+async fn a_call_cancelled_while_the_model_writes_it_ends_failed() {
+    let dirs = Dirs::new();
+    let (child, transport) = dirs.scripted(
+        "script.yaml",
+        r#"
+steps:
+  - text: "Writing."
+    tool_calls: [{name: write_file, arguments: {path: "slow.txt", content: "a long content that streams one byte at a time"}}]
+    chunk_size: 8
+    delay_ms: 20
+"#,
+    );
+    let (editor, _) = Editor::new().telling_when_running();
+    let cwd = dirs.cwd();
+    let seen = editor.updates.clone();
+    let stop = editor
+        .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let prompt = cx.send_request(prompt_request(&session, "write"));
+            // Cancelled once the call is announced, while its arguments
+            // still stream.
+            let announced = || {
+                seen.lock()
+                    .unwrap()
+                    .iter()
+                    .any(|u| matches!(u, SessionUpdate::ToolCall(_)))
+            };
+            while !announced() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            cx.send_notification(CancelNotification::new(session))?;
+            Ok(prompt.block_task().await?.stop_reason)
+        })
+        .await;
+    assert_eq!(stop, StopReason::Cancelled);
+    let updates = editor.updates();
+    let last = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
+            _ => None,
+        })
+        .next_back();
+    assert_eq!(last, Some(ToolCallStatus::Failed), "{updates:#?}");
+    assert!(!dirs.project().join("slow.txt").exists());
+    drop(child);
+}
+
+#[tokio::test]
+async fn an_agent_gone_while_asking_leaves_a_session_that_loads_and_takes_prompts() {
+    let dirs = Dirs::new();
+    // The editor asks, the agent goes away before the answer.
+    let (mut child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+    let editor = Editor::answering(Answer::Never);
+    let cwd = dirs.cwd();
+    let asked = editor.asked.clone();
+    let id = editor
+        .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let _prompt = cx.send_request(prompt_request(&session, "write it"));
+            while asked.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(session)
+        })
+        .await;
+    child.kill().await.unwrap();
+    child.wait().await.unwrap();
+
+    // The next agent process: the load shows the call as not run, and a
+    // prompt is taken (the script's second turn).
+    let (child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let seen = editor.updates.clone();
+    let (replayed, stop) = editor
+        .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
+                .block_task()
+                .await?;
+            let replayed = seen.lock().unwrap().clone();
+            Ok((replayed, prompt(&cx, &id, "write it").await?))
+        })
+        .await;
+    let call = first_tool_call(&replayed).expect("the call is replayed");
+    assert_eq!(call.status, ToolCallStatus::Failed, "{call:#?}");
+    assert!(
+        call.content
+            .into_iter()
+            .map(content_text)
+            .collect::<String>()
+            .contains("not answered"),
+        "{replayed:#?}"
+    );
+    assert_eq!(stop, StopReason::EndTurn);
+    assert!(!dirs.project().join("out.txt").exists());
+    assert!(dirs.project().join("out2.txt").exists());
+    drop(child);
+}
+
+#[tokio::test]
+async fn an_editor_saving_the_agents_write_is_not_an_outside_change() {
+    use support::{Call, MockServer, Reply, openai_sse};
+    let server = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Writing, then building.",
+            &[
+                Call {
+                    id: "call_write",
+                    name: "write_file",
+                    arguments: serde_json::json!({"path": "made.txt", "content": "made\n"}),
+                },
+                Call {
+                    id: "call_build",
+                    name: "run_command",
+                    arguments: serde_json::json!({"command": "sleep 2; echo built"}),
+                },
+            ],
+        )),
+        Reply::sse(openai_sse("Done.", &[])),
+    ])
+    .await;
+    let dirs = Dirs::new();
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        "[acp.permissions]\nrun_command = \"allow\"\nwrite_file = \"allow\"\n",
+    );
+    let (child, transport, _) =
+        spawn_with(dirs.home(), &openai_args(&server.url, &dirs.db(), &config));
+    let editor = Editor::new().saving();
+    let caps = ClientCapabilities::new().fs(FileSystemCapabilities::new()
+        .read_text_file(true)
+        .write_text_file(true));
+    let stop = one_prompt(&editor, transport, caps, dirs.cwd(), "make it").await;
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("made.txt")).unwrap(),
+        "made\n",
+        "the editor saved it"
+    );
+    // While the command slept the watcher saw the save: the agent's own.
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    let results: Vec<String> = received[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(results[1].contains("built"), "{results:?}");
+    assert!(
+        results.iter().all(|r| !r.contains("file_watcher")),
+        "{results:?}"
+    );
+    drop(child);
 }

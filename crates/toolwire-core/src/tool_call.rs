@@ -615,6 +615,19 @@ impl ToolCallTracker {
         self.finished.get(id).copied()
     }
 
+    /// The calls announced and not finished yet (no final status, sent
+    /// or waiting), in announce order.
+    pub fn unfinished(&self) -> Vec<ToolCallId> {
+        let mut open: Vec<(u64, &ToolCallId)> = self
+            .calls
+            .iter()
+            .filter(|(_, call)| !call.target.status.is_terminal())
+            .map(|(id, call)| (call.seq, id))
+            .collect();
+        open.sort_unstable();
+        open.into_iter().map(|(_, id)| id.clone()).collect()
+    }
+
     /// Whether any call has changes waiting.
     pub fn has_pending(&self) -> bool {
         self.calls.values().any(|c| c.pending_since.is_some())
