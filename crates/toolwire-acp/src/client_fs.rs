@@ -111,6 +111,8 @@ impl ClientFs {
 /// project.
 pub(crate) fn editor_path(cwd: &Path, workspace: &Workspace, resolved: &Path) -> PathBuf {
     match resolved.strip_prefix(workspace.root()) {
+        // Joining nothing would add a trailing `/`.
+        Ok(rest) if rest.as_os_str().is_empty() => cwd.to_path_buf(),
         Ok(rest) => cwd.join(rest),
         Err(_) => resolved.to_path_buf(),
     }

@@ -12,8 +12,8 @@ use agent_client_protocol::v1::schema::{
     self as acp, ContentChunk, PromptResponse, SessionId, SessionUpdate,
 };
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, GatedCall, Message, Role, StopReason, ToolCall,
-    ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
+    AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
+    StopReason, ToolCall, ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
 };
 use toolwire_engine::tools::builtin::{UPDATE_PLAN, preview_diff};
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
@@ -365,7 +365,7 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
                         } else {
                             ToolCallStatus::Completed
                         };
-                        state.content = vec![ToolCallContent::text(*text)];
+                        state.content = vec![ToolCallContent::text(replayed_result(text))];
                     }
                     updates.push(SessionUpdate::ToolCall(convert::tool_call(&state)));
                 }
@@ -374,6 +374,18 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
         }
     }
     updates
+}
+
+/// A result as a replay shows it: at most its last [`OUTPUT_LIMIT`]
+/// bytes, as a running command's output is shown, so a long history of
+/// large results (256 KiB file reads) does not flood the editor at load.
+fn replayed_result(text: &str) -> String {
+    if text.len() <= OUTPUT_LIMIT {
+        return text.to_owned();
+    }
+    let mut tail = OutputTail::default();
+    tail.push(text, OUTPUT_LIMIT);
+    tail.render(OUTPUT_LIMIT)
 }
 
 #[cfg(test)]
@@ -443,6 +455,18 @@ mod tests {
                 }
             ])
         );
+    }
+
+    #[test]
+    fn a_large_result_is_replayed_as_its_tail() {
+        let small = "line\n".repeat(10);
+        assert_eq!(replayed_result(&small), small);
+        let large: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+        let shown = replayed_result(&large);
+        let (head, tail) = shown.split_once('\n').unwrap_or_default();
+        assert!(head.contains("bytes truncated"), "{head}");
+        assert!(tail.len() <= OUTPUT_LIMIT);
+        assert!(tail.starts_with("line ") && large.ends_with(tail));
     }
 
     #[test]

@@ -374,7 +374,19 @@ impl<'a> Updates<'a> {
             }
         } else if streamed {
             // The terminal already shows the output; its exit status ends it.
-            exit = Some(terminal_exit(id, &result));
+            let ended = terminal_exit(id, &result);
+            if ended["exit_code"].is_null() && ended["signal"].is_null() {
+                // Ended without an exit status (timed out, cancelled):
+                // the reason shows under the terminal.
+                let why = result.lines().rev().find(|l| !l.trim().is_empty());
+                patch = patch.content(vec![
+                    ToolCallContent::Terminal {
+                        terminal_id: id.0.clone(),
+                    },
+                    ToolCallContent::text(why.unwrap_or(&result)),
+                ]);
+            }
+            exit = Some(ended);
         } else {
             patch = patch.content(vec![ToolCallContent::text(result)]);
         }
@@ -434,18 +446,48 @@ impl<'a> Updates<'a> {
         patch: ToolCallPatch,
         exit: Option<Value>,
     ) -> Result<(), agent_client_protocol::Error> {
-        self.send(SessionUpdate::ToolCallUpdate(wire(&patch, exit)))
+        let info = self.terminal_info(&patch);
+        self.send(SessionUpdate::ToolCallUpdate(wire(&patch, info, exit)))
+    }
+
+    /// `_meta.terminal_info` for the update that first shows a call's
+    /// terminal (its first appended output): the terminal's id and the
+    /// command's directory, so the client can open the terminal the output
+    /// goes to.
+    fn terminal_info(&self, patch: &ToolCallPatch) -> Option<Value> {
+        let output = patch.terminal_output.as_ref()?;
+        let introduced = patch.content.iter().flatten().any(
+            |c| matches!(c, ToolCallContent::Terminal { terminal_id } if *terminal_id == output.terminal_id),
+        );
+        if !introduced {
+            return None;
+        }
+        let cwd = self
+            .calls
+            .get(&patch.id)
+            .and_then(|c| c.args.get("cwd").or(c.arguments.as_ref()?.get("cwd")))
+            .and_then(Value::as_str)
+            .map_or_else(
+                || self.session.cwd.display().to_string(),
+                |cwd| titles::absolute(&self.session.cwd, cwd),
+            );
+        Some(json!({"terminal_id": output.terminal_id, "cwd": cwd}))
     }
 }
 
-/// The `tool_call_update` of `patch`: appended output and the exit of a
-/// streamed command in `_meta` (the codex-acp / claude-agent-acp names).
+/// The `tool_call_update` of `patch`: the terminal a streamed command
+/// shows, its appended output and its exit in `_meta` (the codex-acp /
+/// claude-agent-acp names).
 fn wire(
     patch: &ToolCallPatch,
+    info: Option<Value>,
     exit: Option<Value>,
 ) -> agent_client_protocol::v1::schema::ToolCallUpdate {
     let mut update = convert::tool_call_update(patch);
     let mut meta = Map::new();
+    if let Some(info) = info {
+        meta.insert("terminal_info".into(), info);
+    }
     if let Some(output) = &patch.terminal_output {
         meta.insert(
             "terminal_output".into(),
@@ -534,7 +576,7 @@ mod tests {
             terminal_id: "c".into(),
             data: "hi\n".into(),
         });
-        let json = serde_json::to_value(wire(&patch, None)).unwrap_or_default();
+        let json = serde_json::to_value(wire(&patch, None, None)).unwrap_or_default();
         assert_eq!(
             json,
             json!({"toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "hi\n"}}})

@@ -1183,12 +1183,21 @@ async fn stream_command(caps: ClientCapabilities) -> Streamed {
 /// Runs `command` in a session whose client advertises `caps`, with
 /// `config` added to the config file.
 async fn stream(caps: ClientCapabilities, command: &str, config_extra: &str) -> Streamed {
+    stream_call(caps, serde_json::json!({"command": command}), config_extra).await
+}
+
+/// [`stream`] of a `run_command` call with these arguments.
+async fn stream_call(
+    caps: ClientCapabilities,
+    arguments: serde_json::Value,
+    config_extra: &str,
+) -> Streamed {
     let dirs = Dirs::new();
     let data = tempfile::tempdir().unwrap();
     let script = json_script(
         data.path(),
         serde_json::json!([
-            {"tool_calls": [{"name": "run_command", "arguments": {"command": command}}]},
+            {"tool_calls": [{"name": "run_command", "arguments": arguments}]},
             {"text": "Printed."}
         ]),
     );
@@ -1260,6 +1269,27 @@ async fn command_output_is_appended_for_clients_that_show_terminal_output() {
     let expected = expected_output();
     assert_eq!(output.len(), expected.len());
     assert!(output == expected, "every byte once, in order");
+    // The first output opens the terminal it goes to, once.
+    let infos: Vec<(usize, &serde_json::Value)> = streamed
+        .updates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, up)| Some((i, up.meta.as_ref()?.get("terminal_info")?)))
+        .collect();
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    let (at, info) = infos[0];
+    let first_output = streamed.updates.iter().position(|up| {
+        up.meta
+            .as_ref()
+            .is_some_and(|m| m.contains_key("terminal_output"))
+    });
+    assert_eq!(Some(at), first_output);
+    let terminal = &streamed.updates[at].meta.as_ref().unwrap()["terminal_output"]["terminal_id"];
+    assert_eq!(&info["terminal_id"], terminal);
+    assert!(
+        info["cwd"].as_str().is_some_and(|c| !c.is_empty()),
+        "{info}"
+    );
     let exit = streamed
         .updates
         .iter()
@@ -1285,6 +1315,39 @@ async fn command_output_is_appended_for_clients_that_show_terminal_output() {
         "{}",
         streamed.log
     );
+}
+
+#[tokio::test]
+async fn a_streamed_command_that_times_out_says_so_under_its_terminal() {
+    let streamed = stream_call(
+        terminal_output_caps(true),
+        serde_json::json!({"command": "echo started; sleep 30", "timeout_secs": 1}),
+        "",
+    )
+    .await;
+    let last = streamed.updates.last().unwrap();
+    assert_eq!(last.fields.status, Some(ToolCallStatus::Failed));
+    let exit = &last.meta.as_ref().unwrap()["terminal_exit"];
+    assert!(
+        exit["exit_code"].is_null() && exit["signal"].is_null(),
+        "{exit}"
+    );
+    let shown: Vec<String> = last
+        .fields
+        .content
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(content_text)
+        .collect();
+    assert!(
+        matches!(
+            &last.fields.content.as_deref(),
+            Some([ToolCallContent::Terminal(_), _])
+        ),
+        "{last:#?}"
+    );
+    assert!(shown[1].contains("timed out after 1 s"), "{shown:?}");
 }
 
 #[tokio::test]
