@@ -571,6 +571,17 @@ async fn one_prompt(
 // ---------------------------------------------------------------------
 // Reading what the editor saw.
 
+/// The last status a `tool_call_update` set.
+fn last_status(updates: &[SessionUpdate]) -> Option<ToolCallStatus> {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
+            _ => None,
+        })
+        .next_back()
+}
+
 /// The first `tool_call`.
 fn first_tool_call(updates: &[SessionUpdate]) -> Option<ToolCall> {
     updates.iter().find_map(|u| match u {
@@ -965,14 +976,7 @@ async fn a_rejected_write_is_not_run_and_the_model_is_told() {
     assert!(!asked.project.path().join("out.txt").exists());
     let results = results(&asked.updates);
     assert!(results.contains("denied"), "{results}");
-    let last_status = asked
-        .updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
-            _ => None,
-        })
-        .next_back();
+    let last_status = last_status(&asked.updates);
     assert_eq!(last_status, Some(ToolCallStatus::Failed), "it did not run");
 }
 
@@ -2128,7 +2132,7 @@ steps:
   - text: "Writing."
     tool_calls: [{name: write_file, arguments: {path: "slow.txt", content: "a long content that streams one byte at a time"}}]
     chunk_size: 8
-    delay_ms: 20
+    delay_ms: 40
 "#,
     );
     let (editor, _) = Editor::new().telling_when_running();
@@ -2155,13 +2159,7 @@ steps:
         .await;
     assert_eq!(stop, StopReason::Cancelled);
     let updates = editor.updates();
-    let last = updates
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) => up.fields.status,
-            _ => None,
-        })
-        .next_back();
+    let last = last_status(&updates);
     assert_eq!(last, Some(ToolCallStatus::Failed), "{updates:#?}");
     assert!(!dirs.project().join("slow.txt").exists());
     drop(child);
