@@ -35,7 +35,7 @@ mod updates;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
@@ -76,6 +76,12 @@ pub struct AcpSettings {
     /// Each session watches its own cwd with these settings and tells only
     /// its own conversation about outside changes; `None`: no watching.
     pub watch: Option<WatchSettings>,
+    /// Sessions kept open: their tools, MCP servers and file watcher. Past
+    /// it, the least recently used session not prompting is parked (all of
+    /// that closed) and opened again by its next prompt or notification,
+    /// so an editor that opens thread after thread does not pile up
+    /// watchers and server processes. At least 1.
+    pub max_open_sessions: usize,
 }
 
 impl Default for AcpSettings {
@@ -87,6 +93,7 @@ impl Default for AcpSettings {
                 ..TrackerConfig::coalescing()
             },
             watch: Some(WatchSettings::default()),
+            max_open_sessions: 16,
         }
     }
 }
@@ -160,6 +167,9 @@ pub async fn serve(
         settings: Arc::new(settings),
         caps: Arc::default(),
         sessions: Arc::new(Mutex::new(HashMap::new())),
+        parked: Arc::new(Mutex::new(HashMap::new())),
+        reopening: Arc::default(),
+        clock: Arc::default(),
     };
     let (a1, a2, a3, a4, a5, a6) = (
         agent.clone(),
@@ -202,8 +212,8 @@ pub async fn serve(
             agent_client_protocol::on_receive_notification!(),
         )
         .on_receive_notification(
-            async move |notification: NotifyNotification, _cx| {
-                a6.notify(notification).await;
+            async move |notification: NotifyNotification, cx| {
+                a6.notify(notification, cx).await;
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),
@@ -254,6 +264,10 @@ struct Session {
     tracker: TrackerConfig,
     /// What its tool call updates cost, over all its prompts.
     metrics: Arc<Mutex<TrackerMetrics>>,
+    /// The client's MCP servers, to open the session again once parked.
+    mcp_servers: Arc<[McpServer]>,
+    /// The agent's clock at its last use.
+    last_used: Arc<AtomicU64>,
     /// The watcher of `cwd`, telling this session's conversation only; it
     /// stops when the session (its last clone) goes.
     _watcher: Option<Arc<WatchHandle>>,
@@ -306,6 +320,21 @@ struct AcpAgent {
     settings: Arc<AcpSettings>,
     caps: Arc<Mutex<ClientCaps>>,
     sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
+    /// Sessions closed to keep at most `max_open_sessions` open, with what
+    /// opens them again.
+    parked: Arc<Mutex<HashMap<Arc<str>, Parked>>>,
+    /// Held while a parked session is opened again, so that two requests
+    /// for it open it once.
+    reopening: Arc<tokio::sync::Mutex<()>>,
+    /// Ticks at each use of a session: the least recent is parked first.
+    clock: Arc<AtomicU64>,
+}
+
+/// What a parked session keeps: enough to open it as it was.
+struct Parked {
+    cwd: PathBuf,
+    mcp_servers: Arc<[McpServer]>,
+    metrics: TrackerMetrics,
 }
 
 type AcpResult = Result<(), agent_client_protocol::Error>;
@@ -499,6 +528,8 @@ impl AcpAgent {
         tools: SessionTools,
         cwd: PathBuf,
         permissions: permissions::Permissions,
+        mcp_servers: Arc<[McpServer]>,
+        metrics: TrackerMetrics,
     ) -> SessionId {
         let watcher = self
             .watch(conversation, &cwd, tools.own_writes.clone())
@@ -522,7 +553,9 @@ impl AcpAgent {
             prompting: Arc::default(),
             policies: self.settings.policies.clone(),
             tracker,
-            metrics: Arc::default(),
+            metrics: Arc::new(Mutex::new(metrics)),
+            mcp_servers,
+            last_used: Arc::new(AtomicU64::new(self.tick())),
             _watcher: watcher,
         };
         // Turns the engine starts itself (a waking notification, a late
@@ -530,14 +563,112 @@ impl AcpAgent {
         // policy, even before its first prompt after a load.
         self.engine
             .set_conversation_options(conversation, session.turn_options());
+        if let Ok(mut parked) = self.parked.lock() {
+            parked.remove(&id);
+        }
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session);
         }
+        self.park_idle();
         SessionId::new(id)
     }
 
+    /// The open session `id`, marked as used now.
     fn session(&self, id: &SessionId) -> Option<Session> {
-        self.sessions.lock().ok()?.get(&id.0).cloned()
+        let session = self.sessions.lock().ok()?.get(&id.0).cloned()?;
+        session.last_used.store(self.tick(), Ordering::SeqCst);
+        Some(session)
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Parks the least recently used sessions not prompting until at most
+    /// `max_open_sessions` are open. A parked session's tools, MCP servers
+    /// and watcher close with it (a prompt still running keeps its own
+    /// clone until it ends); the engine forgets its turn options.
+    fn park_idle(&self) {
+        let max = self.settings.max_open_sessions.max(1);
+        let Ok(mut sessions) = self.sessions.lock() else {
+            return;
+        };
+        while sessions.len() > max {
+            let oldest = sessions
+                .iter()
+                .filter(|(_, s)| !s.is_prompting())
+                .min_by_key(|(_, s)| s.last_used.load(Ordering::SeqCst))
+                .map(|(id, _)| id.clone());
+            let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
+                return;
+            };
+            self.engine
+                .forget_conversation_options(session.conversation);
+            tracing::info!(
+                session = %session.conversation,
+                open = sessions.len(),
+                "ACP session parked (its next prompt opens it again)"
+            );
+            if let Ok(mut parked) = self.parked.lock() {
+                parked.insert(
+                    session.conversation.to_string().into(),
+                    Parked {
+                        cwd: session.cwd.clone(),
+                        mcp_servers: session.mcp_servers.clone(),
+                        metrics: session.metrics(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The session `id`, opened again if it was parked: its tools, MCP
+    /// servers and watcher as when it was created; its "always" answers
+    /// from the store.
+    async fn open(
+        &self,
+        id: &SessionId,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<Session, agent_client_protocol::Error> {
+        if let Some(session) = self.session(id) {
+            return Ok(session);
+        }
+        let _one_at_a_time = self.reopening.lock().await;
+        if let Some(session) = self.session(id) {
+            return Ok(session);
+        }
+        let unknown = || invalid_params("unknown session");
+        let parked = self
+            .parked
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(&id.0))
+            .ok_or_else(unknown)?;
+        let conversation = id.0.parse::<ConversationId>().map_err(|_| unknown())?;
+        let tools = match self
+            .tools_for(&parked.cwd, &parked.mcp_servers, id, cx)
+            .await
+        {
+            Ok(tools) => tools,
+            Err(e) => {
+                if let Ok(mut p) = self.parked.lock() {
+                    p.insert(id.0.clone(), parked);
+                }
+                return Err(e);
+            }
+        };
+        let permissions = permissions::Permissions::load(&self.engine, conversation).await;
+        self.insert(
+            conversation,
+            tools,
+            parked.cwd,
+            permissions,
+            parked.mcp_servers,
+            parked.metrics,
+        )
+        .await;
+        tracing::info!(session = %id.0, "ACP session opened again");
+        self.session(id).ok_or_else(unknown)
     }
 
     fn client_caps(&self) -> ClientCaps {
@@ -546,11 +677,14 @@ impl AcpAgent {
 
     /// `_toolwire/notify`: queued for the session's conversation. A
     /// notification cannot be answered, so what goes wrong is logged.
-    async fn notify(&self, notification: NotifyNotification) {
+    async fn notify(&self, notification: NotifyNotification, cx: ConnectionTo<Client>) {
         let id = SessionId::new(notification.session_id.clone());
-        let Some(session) = self.session(&id) else {
-            tracing::warn!(session = %id.0, "{}: unknown session", notify::METHOD);
-            return;
+        let session = match self.open(&id, &cx).await {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!(session = %id.0, error = %e, "{}: no such session", notify::METHOD);
+                return;
+            }
         };
         let incoming = match notification.incoming() {
             Ok(incoming) => incoming,
@@ -571,8 +705,12 @@ impl AcpAgent {
         let Ok(sessions) = self.sessions.lock() else {
             return;
         };
-        for (id, session) in sessions.iter() {
-            let metrics = session.metrics();
+        let parked = self.parked.lock();
+        let parked = parked
+            .iter()
+            .flat_map(|p| p.iter().map(|(id, p)| (id, p.metrics)));
+        let open = sessions.iter().map(|(id, s)| (id, s.metrics()));
+        for (id, metrics) in open.chain(parked) {
             if metrics.announced > 0 {
                 tracing::info!(session = %id, "{}", session_metrics_line(&metrics));
             }
@@ -608,6 +746,8 @@ impl AcpAgent {
                 tools,
                 request.cwd.clone(),
                 permissions::Permissions::default(),
+                request.mcp_servers.clone().into(),
+                TrackerMetrics::default(),
             )
             .await;
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
@@ -659,8 +799,24 @@ impl AcpAgent {
             Err(e) => return responder.respond_with_error(e),
         };
         let permissions = permissions::Permissions::load(&self.engine, conversation).await;
+        // A parked session's metrics carry over; an open one is replaced.
+        let metrics = self
+            .session(&request.session_id)
+            .map(|s| s.metrics())
+            .or_else(|| {
+                let parked = self.parked.lock().ok()?;
+                parked.get(&request.session_id.0).map(|p| p.metrics)
+            })
+            .unwrap_or_default();
         let id = self
-            .insert(conversation, tools, request.cwd.clone(), permissions)
+            .insert(
+                conversation,
+                tools,
+                request.cwd.clone(),
+                permissions,
+                request.mcp_servers.clone().into(),
+                metrics,
+            )
             .await;
         tracing::info!(session = %id.0, "ACP session/load");
         // The history first, then the answer (as the protocol asks).
@@ -678,9 +834,27 @@ impl AcpAgent {
         responder: Responder<agent_client_protocol::v1::schema::PromptResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
+        // A parked session is opened again first (off the dispatch loop).
         let Some(session) = self.session(&request.session_id) else {
-            return responder.respond_with_error(invalid_params("unknown session"));
+            let agent = self.clone();
+            return cx.clone().spawn(async move {
+                match agent.open(&request.session_id, &cx).await {
+                    Ok(session) => agent.start_prompt(session, request, responder, cx),
+                    Err(e) => responder.respond_with_error(e),
+                }
+            });
         };
+        self.start_prompt(session, request, responder, cx)
+    }
+
+    /// Starts `request`'s turn in `session` unless a prompt runs there.
+    fn start_prompt(
+        &self,
+        session: Session,
+        request: PromptRequest,
+        responder: Responder<agent_client_protocol::v1::schema::PromptResponse>,
+        cx: ConnectionTo<Client>,
+    ) -> AcpResult {
         let Some(running) = session.start_prompt() else {
             return responder.respond_with_error(invalid_params(
                 "a prompt is already running in this session: wait for its answer, or cancel it",
@@ -691,9 +865,11 @@ impl AcpAgent {
         let text = convert::prompt_text(&request.prompt);
         let session_id = request.session_id;
         cx.clone().spawn(async move {
-            let _running = running;
             let answer =
                 session::run_prompt(&engine, &session, session_id.clone(), &text, &cx).await;
+            // Before the answer: the client may send its next prompt as
+            // soon as it reads it.
+            drop(running);
             match answer {
                 Ok(response) => responder.respond(response),
                 Err(e) => {

@@ -28,6 +28,7 @@ Tool call updates ([acp] table, defaults shown):
   complete_objects = false         # send complete tool calls, not just changes
   output_limit_bytes = 65536       # command output shown when replaced
   call_byte_budget = 8388608       # past it, a call's output goes out once a second
+  max_open_sessions = 16           # beyond: the least recently used closes until its next prompt
 
 Client capabilities honoured: fs.readTextFile / fs.writeTextFile (read_file and
 write_file go through the editor), terminal (run_command runs in an editor
@@ -42,8 +43,9 @@ watches its own cwd: outside file changes there reach that session's model the
 same way (never the database's own files; off with [notifications]
 enabled = false).
 
-Per-session update metrics are logged when the connection ends
-(RUST_LOG=toolwire_acp=info).";
+Logs go to stderr: warnings, and this command's own lines (sessions, permission
+answers, and each session's update metrics when the connection ends); RUST_LOG
+changes that.";
 
 #[derive(Debug, Args)]
 #[command(after_long_help = ACP_HELP)]

@@ -142,6 +142,10 @@ struct AcpFile {
     /// Bytes of updates one tool call may send at the full rate; past them
     /// its output is sent once per second (default 8388608; 0: none).
     call_byte_budget: Option<u64>,
+    /// Sessions kept open (tools, MCP servers, file watcher); the least
+    /// recently used beyond them is closed until its next prompt
+    /// (default 16).
+    max_open_sessions: Option<usize>,
 }
 
 impl AcpFile {
@@ -169,6 +173,9 @@ impl AcpFile {
             tracker,
             // Filled from the database and `[notifications]` by `acp`.
             watch: defaults.watch,
+            max_open_sessions: self
+                .max_open_sessions
+                .map_or(defaults.max_open_sessions, |n| n.max(1)),
         }
     }
 }

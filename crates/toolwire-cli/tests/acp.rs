@@ -13,7 +13,7 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
     CreateTerminalResponse, Diff, FileSystemCapabilities, HttpHeader, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, McpServer, McpServerHttp, McpServerSse,
+    InitializeResponse, LoadSessionRequest, McpServer, McpServerHttp, McpServerSse, McpServerStdio,
     NewSessionRequest, PermissionOptionKind, PlanEntryPriority, PlanEntryStatus, PromptRequest,
     ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
@@ -256,12 +256,14 @@ fn spawn_logging(
             cmd.env_remove(k);
         }
     }
+    // A log file gets the default level (the metrics and session lines
+    // among it); the test's own output only warnings.
     let stderr = match log {
-        Some(path) => {
-            cmd.env("RUST_LOG", "warn,toolwire_acp=info");
-            Stdio::from(std::fs::File::create(path).unwrap())
+        Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+        None => {
+            cmd.env("RUST_LOG", "warn");
+            Stdio::inherit()
         }
-        None => Stdio::inherit(),
     };
     let mut child = cmd
         .arg("acp")
@@ -2275,4 +2277,125 @@ async fn an_editor_saving_the_agents_write_is_not_an_outside_change() {
         "{results:?}"
     );
     drop(child);
+}
+
+/// The inotify watches process `pid` holds.
+fn inotify_watches(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_to_string(fd.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
+        .sum()
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| std::fs::read_to_string(p.path().join("stat")).ok())
+        .filter(|stat| {
+            // `pid (comm) state ppid …`; comm may hold spaces.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1) == Some(&pid.to_string())
+        })
+        .count()
+}
+
+/// Polls `count` until it gives `want` (a closed watcher lets go of its
+/// watches on its own thread, a server process takes a moment to exit),
+/// for at most 5 s; the last count.
+async fn settles_to<T: PartialEq>(count: impl Fn() -> T, want: T) -> T {
+    for _ in 0..100 {
+        if count() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    count()
+}
+
+#[tokio::test]
+async fn sessions_past_the_limit_are_parked_and_opened_again_by_their_next_prompt() {
+    let dirs = Dirs::new();
+    for sub in ["src", "tests", "docs"] {
+        std::fs::create_dir(dirs.project().join(sub)).unwrap();
+    }
+    let script = write_file(
+        dirs.home(),
+        "script.yaml",
+        r#"
+steps:
+  - text: "Writing."
+    tool_calls: [{name: write_file, arguments: {path: "out.txt", content: "parked and back\n"}}]
+  - text: "Done."
+"#,
+    );
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        "[acp]\nmax_open_sessions = 1\n[acp.permissions]\nwrite_file = \"allow\"\n",
+    );
+    let log = dirs.home().join("agent.log");
+    let (child, transport, _) = spawn_logging(
+        dirs.home(),
+        &scripted_config_args(&script, &dirs.db(), &config),
+        Some(&log),
+    );
+    let pid = child.id().unwrap();
+    let cwd = dirs.cwd();
+    // Each session has its own stdio MCP server, when the test has one.
+    let servers: Vec<McpServer> = mcp_http::mcp_dir()
+        .map(|dir| {
+            let entry =
+                dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+            vec![McpServer::Stdio(
+                McpServerStdio::new("everything", "node")
+                    .args(vec![entry.display().to_string(), "stdio".to_owned()]),
+            )]
+        })
+        .unwrap_or_default();
+    let with_servers = !servers.is_empty();
+    let (one, three, reopened, stop) = Editor::new()
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let open = async || {
+                let request = NewSessionRequest::new(cwd.clone()).mcp_servers(servers.clone());
+                Ok::<_, AcpError>(cx.send_request(request).block_task().await?.session_id)
+            };
+            // What a session holds: watches, and server processes.
+            let held = || (inotify_watches(pid), children(pid));
+            let first = open().await?;
+            let one = held();
+            open().await?;
+            open().await?;
+            // One session open, one watcher: the first two were parked.
+            let three = settles_to(held, one).await;
+            // The first one's prompt opens it again (and parks the third).
+            let stop = prompt(&cx, &first, "write it").await?;
+            let reopened = settles_to(held, one).await;
+            Ok((one, three, reopened, stop))
+        })
+        .await;
+    assert_eq!(one.0, 4, "the project and its three directories");
+    assert_eq!(one.1, usize::from(with_servers), "one MCP server process");
+    assert_eq!(
+        three, one,
+        "three sessions hold one session's watches and servers"
+    );
+    assert_eq!(reopened, one);
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("out.txt")).unwrap(),
+        "parked and back\n"
+    );
+    drop(child);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(log.matches("ACP session parked").count(), 3, "{log}");
+    assert!(log.contains("ACP session opened again"), "{log}");
 }
