@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, InitializeRequest, InitializeResponse,
     LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, SessionId, SessionNotification,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
+    SessionNotification, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -170,6 +171,7 @@ pub async fn serve(
         parked: Arc::new(Mutex::new(HashMap::new())),
         reopening: Arc::default(),
         clock: Arc::default(),
+        waiting_prompts: Arc::default(),
     };
     let (a1, a2, a3, a4, a5, a6) = (
         agent.clone(),
@@ -212,9 +214,14 @@ pub async fn serve(
             agent_client_protocol::on_receive_notification!(),
         )
         .on_receive_notification(
-            async move |notification: NotifyNotification, cx| {
-                a6.notify(notification, cx).await;
-                Ok(())
+            async move |notification: NotifyNotification, cx: ConnectionTo<Client>| {
+                // Off the dispatch loop: opening a parked session starts its
+                // MCP servers.
+                let agent = a6.clone();
+                cx.clone().spawn(async move {
+                    agent.notify(notification, cx).await;
+                    Ok(())
+                })
             },
             agent_client_protocol::on_receive_notification!(),
         )
@@ -328,6 +335,9 @@ struct AcpAgent {
     reopening: Arc<tokio::sync::Mutex<()>>,
     /// Ticks at each use of a session: the least recent is parked first.
     clock: Arc<AtomicU64>,
+    /// Prompts waiting for their parked session to open, and whether a
+    /// `session/cancel` came meanwhile.
+    waiting_prompts: Arc<Mutex<HashMap<Arc<str>, bool>>>,
 }
 
 /// What a parked session keeps: enough to open it as it was.
@@ -569,7 +579,7 @@ impl AcpAgent {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session);
         }
-        self.park_idle();
+        self.park_idle(Some(&id));
         SessionId::new(id)
     }
 
@@ -584,11 +594,12 @@ impl AcpAgent {
         self.clock.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// Parks the least recently used sessions not prompting until at most
-    /// `max_open_sessions` are open. A parked session's tools, MCP servers
-    /// and watcher close with it (a prompt still running keeps its own
-    /// clone until it ends); the engine forgets its turn options.
-    fn park_idle(&self) {
+    /// Parks the least recently used sessions not prompting (and not
+    /// `keep`, one just opened) until at most `max_open_sessions` are open:
+    /// while every other one prompts, the limit is exceeded until a prompt
+    /// ends. A parked session's tools, MCP servers and watcher close with
+    /// it; the engine forgets its turn options.
+    fn park_idle(&self, keep: Option<&Arc<str>>) {
         let max = self.settings.max_open_sessions.max(1);
         let Ok(mut sessions) = self.sessions.lock() else {
             return;
@@ -596,7 +607,7 @@ impl AcpAgent {
         while sessions.len() > max {
             let oldest = sessions
                 .iter()
-                .filter(|(_, s)| !s.is_prompting())
+                .filter(|(id, s)| !s.is_prompting() && Some(*id) != keep)
                 .min_by_key(|(_, s)| s.last_used.load(Ordering::SeqCst))
                 .map(|(id, _)| id.clone());
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
@@ -767,22 +778,26 @@ impl AcpAgent {
         if let Err(e) = store.conversation(conversation).await {
             return responder.respond_with_error(invalid_params(format!("session: {e}")));
         }
-        // A turn left waiting for answers (the agent or the editor went
-        // away while asking) would show its calls pending forever and
-        // refuse every prompt: its calls are recorded as not run first, so
-        // the history shows them ended. Not while a prompt of this
-        // connection is asking.
-        if !self
+        if self
             .session(&request.session_id)
             .is_some_and(|s| s.is_prompting())
         {
-            session::abandon_pending(
-                &self.engine,
-                conversation,
-                "not answered before the session was loaded again",
-            )
-            .await;
+            return responder.respond_with_error(invalid_params(
+                "a prompt is running in this session: wait for its answer, or cancel it",
+            ));
         }
+        // Not while the session is being opened again for a prompt.
+        let _one_at_a_time = self.reopening.lock().await;
+        // A turn left waiting for answers (the agent or the editor went
+        // away while asking) would show its calls pending forever and
+        // refuse every prompt: its calls are recorded as not run first, so
+        // the history shows them ended.
+        session::abandon_pending(
+            &self.engine,
+            conversation,
+            "not answered before the session was loaded again",
+        )
+        .await;
         let branch = match store.conversation(conversation).await {
             Ok(c) => store.path_to(c.active_leaf).await,
             Err(e) => return responder.respond_with_error(invalid_params(format!("session: {e}"))),
@@ -831,14 +846,29 @@ impl AcpAgent {
     fn prompt(
         &self,
         request: PromptRequest,
-        responder: Responder<agent_client_protocol::v1::schema::PromptResponse>,
+        responder: Responder<PromptResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
-        // A parked session is opened again first (off the dispatch loop).
+        // A parked session is opened again first (off the dispatch loop);
+        // a cancel that comes meanwhile answers the prompt `cancelled`.
         let Some(session) = self.session(&request.session_id) else {
+            let id = request.session_id.0.clone();
+            if let Ok(mut waiting) = self.waiting_prompts.lock() {
+                waiting.insert(id.clone(), false);
+            }
             let agent = self.clone();
             return cx.clone().spawn(async move {
-                match agent.open(&request.session_id, &cx).await {
+                let opened = agent.open(&request.session_id, &cx).await;
+                let cancelled = agent
+                    .waiting_prompts
+                    .lock()
+                    .ok()
+                    .and_then(|mut w| w.remove(&id))
+                    .unwrap_or(false);
+                match opened {
+                    Ok(_) if cancelled => {
+                        responder.respond(PromptResponse::new(StopReason::Cancelled))
+                    }
                     Ok(session) => agent.start_prompt(session, request, responder, cx),
                     Err(e) => responder.respond_with_error(e),
                 }
@@ -852,7 +882,7 @@ impl AcpAgent {
         &self,
         session: Session,
         request: PromptRequest,
-        responder: Responder<agent_client_protocol::v1::schema::PromptResponse>,
+        responder: Responder<PromptResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         let Some(running) = session.start_prompt() else {
@@ -862,6 +892,7 @@ impl AcpAgent {
         };
         session.cancelled.store(false, Ordering::SeqCst);
         let engine = self.engine.clone();
+        let agent = self.clone();
         let text = convert::prompt_text(&request.prompt);
         let session_id = request.session_id;
         cx.clone().spawn(async move {
@@ -870,6 +901,8 @@ impl AcpAgent {
             // Before the answer: the client may send its next prompt as
             // soon as it reads it.
             drop(running);
+            // Sessions left open past the limit while others prompted.
+            agent.park_idle(None);
             match answer {
                 Ok(response) => responder.respond(response),
                 Err(e) => {
@@ -885,6 +918,15 @@ impl AcpAgent {
             session.cancelled.store(true, Ordering::SeqCst);
             let was_running = self.engine.cancel(session.conversation);
             tracing::info!(session = %id.0, was_running, "ACP session/cancel");
+        } else if let Some(cancelled) = self
+            .waiting_prompts
+            .lock()
+            .ok()
+            .as_mut()
+            .and_then(|w| w.get_mut(&id.0))
+        {
+            *cancelled = true;
+            tracing::info!(session = %id.0, "ACP session/cancel (while the session opens)");
         } else {
             tracing::warn!(session = %id.0, "ACP session/cancel: unknown session");
         }

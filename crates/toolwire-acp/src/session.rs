@@ -54,6 +54,10 @@ pub(crate) async fn run_prompt(
             }
             e => internal(e),
         })?;
+    // A cancel that came before the turn started found nothing to stop.
+    if session.cancelled.load(Ordering::SeqCst) {
+        engine.cancel(conversation);
+    }
     // The follower runs in its own task and hands batches over a channel,
     // so that waiting for the next batch can race the coalescing timer
     // without losing events (an mpsc receive can be abandoned safely). The
@@ -90,16 +94,22 @@ pub(crate) async fn run_prompt(
         options,
     )
     .await;
-    // Whatever waits goes out before the prompt is answered, and no call
-    // is left showing as pending or running.
+    // Whatever waits goes out before the prompt is answered. A turn cut
+    // short (cancelled, failed, out of steps) can leave calls announced
+    // that never ran: they end as failed rather than pending forever. (A
+    // turn that ended normally ran every call; one whose events were not
+    // all followed would be misreported, so it is left alone.)
     let why = match &result {
-        Ok(response) if response.stop_reason == acp::StopReason::Cancelled => "cancelled",
-        _ => "the turn ended before this call ran",
+        Ok(response) if response.stop_reason == acp::StopReason::EndTurn => None,
+        Ok(response) if response.stop_reason == acp::StopReason::Cancelled => Some("cancelled"),
+        _ => Some("the turn ended before this call finished"),
     };
     let now = Instant::now();
-    let flushed = updates
-        .end_open_calls(why, now)
-        .and_then(|()| updates.flush_all(now));
+    let ended = match why {
+        Some(why) => updates.end_open_calls(why, now),
+        None => Ok(()),
+    };
+    let flushed = ended.and_then(|()| updates.flush_all(now));
     if let Ok(mut total) = session.metrics.lock() {
         add_metrics(&mut total, &updates.metrics());
     }

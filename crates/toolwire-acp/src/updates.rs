@@ -35,6 +35,8 @@ struct CallInfo {
     arguments: Option<Value>,
     /// Output went out as appended terminal output.
     streamed: bool,
+    /// `_meta.terminal_info` went out.
+    terminal_shown: bool,
 }
 
 impl CallInfo {
@@ -450,22 +452,19 @@ impl<'a> Updates<'a> {
         self.send(SessionUpdate::ToolCallUpdate(wire(&patch, info, exit)))
     }
 
-    /// `_meta.terminal_info` for the update that first shows a call's
-    /// terminal (its first appended output): the terminal's id and the
-    /// command's directory, so the client can open the terminal the output
-    /// goes to.
-    fn terminal_info(&self, patch: &ToolCallPatch) -> Option<Value> {
+    /// `_meta.terminal_info` for a call's first appended output, once: the
+    /// terminal's id and the command's directory, so the client can open
+    /// the terminal the output goes to.
+    fn terminal_info(&mut self, patch: &ToolCallPatch) -> Option<Value> {
         let output = patch.terminal_output.as_ref()?;
-        let introduced = patch.content.iter().flatten().any(
-            |c| matches!(c, ToolCallContent::Terminal { terminal_id } if *terminal_id == output.terminal_id),
-        );
-        if !introduced {
+        let call = self.calls.get_mut(&patch.id)?;
+        if std::mem::replace(&mut call.terminal_shown, true) {
             return None;
         }
-        let cwd = self
-            .calls
-            .get(&patch.id)
-            .and_then(|c| c.args.get("cwd").or(c.arguments.as_ref()?.get("cwd")))
+        let cwd = call
+            .args
+            .get("cwd")
+            .or(call.arguments.as_ref().and_then(|a| a.get("cwd")))
             .and_then(Value::as_str)
             .map_or_else(
                 || self.session.cwd.display().to_string(),

@@ -297,6 +297,9 @@ enum Answer {
     Cancel,
     /// The question stays open (the editor goes away before answering).
     Never,
+    /// Selects this option after this many milliseconds (the user
+    /// thinks it over).
+    Later(&'static str, u64),
 }
 
 /// What the editor was asked to do for the agent.
@@ -421,6 +424,14 @@ impl Editor {
                             std::mem::forget(responder);
                             Ok(())
                         }
+                        Answer::Later(option, ms) => cx.spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            responder.respond(RequestPermissionResponse::new(
+                                RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                                    option,
+                                )),
+                            ))
+                        }),
                     }
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -2097,30 +2108,35 @@ steps:
 #[tokio::test]
 async fn a_second_prompt_while_one_runs_is_refused_and_the_cancel_holds() {
     let dirs = Dirs::new();
-    let (child, transport) = dirs.scripted(
-        "script.yaml",
-        "steps:\n  - text: \"a long answer that streams one byte at a time\"\n    chunk_size: 1\n    delay_ms: 100\n",
-    );
+    let (child, transport) = dirs.scripted("script.yaml", WRITE_TWICE);
+    // The first prompt waits on the editor's answer (given after 2 s)
+    // while the user cancels and sends another prompt.
+    let editor = Editor::answering(Answer::Later("allow_once", 2000));
     let cwd = dirs.cwd();
-    let (first, second) = Editor::new()
+    let asked = editor.asked.clone();
+    let (first, second) = editor
         .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
-            let first = cx.send_request(prompt_request(&session, "talk"));
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let first = cx.send_request(prompt_request(&session, "write it"));
+            while asked.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             cx.send_notification(CancelNotification::new(session.clone()))?;
             let second = cx
-                .send_request(prompt_request(&session, "talk again"))
+                .send_request(prompt_request(&session, "write it again"))
                 .block_task()
                 .await;
             Ok((first.block_task().await?.stop_reason, second))
         })
         .await;
-    assert_eq!(first, StopReason::Cancelled);
     let refused = second.expect_err("the second prompt is refused");
     assert!(
         format!("{refused:?}").contains("a prompt is already running"),
         "{refused:?}"
     );
+    // The cancel still holds over the answer that came after it.
+    assert_eq!(first, StopReason::Cancelled);
+    assert!(!dirs.project().join("out.txt").exists());
     drop(child);
 }
 
@@ -2398,4 +2414,59 @@ steps:
     let log = std::fs::read_to_string(&log).unwrap();
     assert_eq!(log.matches("ACP session parked").count(), 3, "{log}");
     assert!(log.contains("ACP session opened again"), "{log}");
+}
+
+#[tokio::test]
+async fn a_parked_session_opens_while_the_others_prompt_and_a_cancel_while_it_opens_holds() {
+    let dirs = Dirs::new();
+    let script = write_file(
+        dirs.home(),
+        "script.yaml",
+        "steps:\n  - text: \"an answer that streams a few bytes at a time\"\n    chunk_size: 4\n    delay_ms: 20\n",
+    );
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        "[acp]\nmax_open_sessions = 1\n",
+    );
+    let (child, transport, _) = spawn_with(
+        dirs.home(),
+        &scripted_config_args(&script, &dirs.db(), &config),
+    );
+    let cwd = dirs.cwd();
+    // Opening a session that has a stdio MCP server takes a moment.
+    let servers: Vec<McpServer> = mcp_http::mcp_dir()
+        .map(|dir| {
+            let entry =
+                dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+            vec![McpServer::Stdio(
+                McpServerStdio::new("everything", "node")
+                    .args(vec![entry.display().to_string(), "stdio".to_owned()]),
+            )]
+        })
+        .unwrap_or_default();
+    let (both, cancelled) = Editor::new()
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let open = async || {
+                let request = NewSessionRequest::new(cwd.clone()).mcp_servers(servers.clone());
+                Ok::<_, AcpError>(cx.send_request(request).block_task().await?.session_id)
+            };
+            let a = open().await?;
+            let b = open().await?;
+            // `a` is parked; it opens while `b` prompts (one more than the
+            // limit, until a prompt ends).
+            let b_prompt = cx.send_request(prompt_request(&b, "talk"));
+            let a_stop = prompt(&cx, &a, "talk").await?;
+            let b_stop = b_prompt.block_task().await?.stop_reason;
+            // `b` is parked again: a cancel sent right after its prompt, while
+            // it opens, ends that prompt `cancelled`.
+            let again = cx.send_request(prompt_request(&b, "talk"));
+            cx.send_notification(CancelNotification::new(b))?;
+            Ok(((a_stop, b_stop), again.block_task().await?.stop_reason))
+        })
+        .await;
+    assert_eq!(both, (StopReason::EndTurn, StopReason::EndTurn));
+    assert_eq!(cancelled, StopReason::Cancelled);
+    drop(child);
 }
