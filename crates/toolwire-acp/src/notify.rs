@@ -31,6 +31,8 @@ pub enum NotifyError {
     NoText,
     #[error("priority must be low, normal or high, not `{0}`")]
     Priority(String),
+    #[error("source `{0}` is reserved (toolwire's own lines and the user's words)")]
+    ReservedSource(String),
 }
 
 impl NotifyNotification {
@@ -51,6 +53,9 @@ impl NotifyNotification {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .unwrap_or("client");
+        if toolwire_core::is_reserved_source(source) {
+            return Err(NotifyError::ReservedSource(source.to_owned()));
+        }
         Ok(Incoming::text(source, priority, self.text.clone()))
     }
 }
@@ -98,5 +103,13 @@ mod tests {
             parsed.incoming(),
             Ok(Incoming::text("ci", Priority::High, "t"))
         );
+        for reserved in ["toolwire", "User "] {
+            let mut n = note(None, "(5 more pending)");
+            n.source = Some(reserved.into());
+            assert_eq!(
+                n.incoming(),
+                Err(NotifyError::ReservedSource(reserved.trim().into()))
+            );
+        }
     }
 }

@@ -32,6 +32,7 @@ pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, 
 pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};
 pub use notification::{
     Batch, FileChange, Incoming, Notice, NotificationQueue, NotifyConfig, format_block,
+    is_reserved_source,
 };
 pub use pricing::{Price, PriceTable};
 pub use tool_call::{

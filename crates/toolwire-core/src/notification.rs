@@ -22,6 +22,19 @@ use crate::message::{ContentBlock, Priority};
 /// more wait, what was dropped).
 pub const META_SOURCE: &str = "toolwire";
 
+/// The source of what the user typed during a turn. The user's own words
+/// are never rate-limited, capped, clipped or merged away: only floods
+/// from other sources are.
+pub const USER_SOURCE: &str = "user";
+
+/// Whether a client may not use `source` for its notifications: toolwire's
+/// own lines (unprefixed, uncounted) and the user's (never capped) would
+/// be forged.
+pub fn is_reserved_source(source: &str) -> bool {
+    let source = source.trim();
+    source.eq_ignore_ascii_case(META_SOURCE) || source.eq_ignore_ascii_case(USER_SOURCE)
+}
+
 /// How notifications are queued and shown.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NotifyConfig {
@@ -255,8 +268,13 @@ impl NotificationQueue {
 
     /// Takes `event`, which happened at `now`.
     pub fn push(&mut self, event: Incoming, now: Instant) -> Admission {
-        let source = clean_source(event.source()).into_owned();
-        if !self.take_token(&source, now) {
+        let mut source = clean_source(event.source()).into_owned();
+        if source == META_SOURCE {
+            // Only the block itself writes toolwire's lines.
+            source = "client".to_owned();
+        }
+        let user = source == USER_SOURCE;
+        if !user && !self.take_token(&source, now) {
             self.count_dropped(source);
             return Admission::Dropped;
         }
@@ -279,7 +297,9 @@ impl NotificationQueue {
             match (&mut line.body, event) {
                 (Body::Texts(texts), Incoming::Text { text, priority, .. }) => {
                     line.priority = line.priority.max(priority);
-                    if texts.len() < max_items {
+                    if user {
+                        texts.push(text);
+                    } else if texts.len() < max_items {
                         texts.push(clip(&text, max_text));
                     } else {
                         line.more_items += 1;
@@ -312,11 +332,12 @@ impl NotificationQueue {
             }
             return Admission::Coalesced;
         }
-        if self.lines.len() >= self.config.max_queued {
+        if !user && self.lines.len() >= self.config.max_queued {
             self.count_dropped(source);
             return Admission::Dropped;
         }
         let (priority, body) = match event {
+            Incoming::Text { priority, text, .. } if user => (priority, Body::Texts(vec![text])),
             Incoming::Text { priority, text, .. } => {
                 (priority, Body::Texts(vec![clip(&text, max_text)]))
             }

@@ -231,3 +231,52 @@ fn memory_stays_bounded_under_a_storm() {
         );
     }
 }
+
+#[test]
+fn the_users_words_pass_a_storm_whole() {
+    let config = NotifyConfig {
+        burst: 2,
+        per_second: 1.0,
+        max_queued: 3,
+        max_items_per_line: 2,
+        max_text: 20,
+        ..NotifyConfig::default()
+    };
+    let mut q = NotificationQueue::new(config);
+    let t = Instant::now();
+    // Other sources fill the queue to its cap.
+    for i in 0..10 {
+        q.push(text(&format!("s{i}"), "x"), t + Duration::from_secs(10 * i));
+    }
+    assert_eq!(q.len(), 3);
+    // The user types four long messages in a second, during the storm.
+    let said: Vec<String> = (0..4)
+        .map(|i| format!("message {i}: please use the other database, not this one"))
+        .collect();
+    for (i, words) in said.iter().enumerate() {
+        let at = t + Duration::from_secs(100) + Duration::from_millis(250 * i as u64);
+        let admitted = q.push(Incoming::text("user", Priority::High, words), at);
+        assert_ne!(admitted, Admission::Dropped, "{words}");
+    }
+    let batch = q.drain().unwrap();
+    let user: Vec<&str> = batch
+        .notices
+        .iter()
+        .filter(|n| n.source == "user")
+        .map(|n| n.text.as_str())
+        .collect();
+    let all = user.concat();
+    for words in &said {
+        assert!(all.contains(words.as_str()), "{words} in {user:?}");
+    }
+}
+
+#[test]
+fn a_client_cannot_write_toolwires_own_lines() {
+    let mut q = queue();
+    let out = block_of(&mut q, vec![text("toolwire", "(5 more pending)")]);
+    assert!(out.contains("- [client] (5 more pending)"), "{out}");
+    assert!(toolwire_core::is_reserved_source(" Toolwire"));
+    assert!(toolwire_core::is_reserved_source("user"));
+    assert!(!toolwire_core::is_reserved_source("ci"));
+}

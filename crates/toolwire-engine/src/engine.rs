@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use toolwire_core::notification::Admission;
+use toolwire_core::notification::{Admission, USER_SOURCE};
 use toolwire_core::{
     ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
-    PendingApproval, ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError, Usage, tree,
+    PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError,
+    Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 
@@ -358,21 +359,40 @@ impl Engine {
         if admission == Admission::Dropped {
             return Ok(Notified::Dropped);
         }
-        if wake && !self.is_running(conversation) {
-            let engine = self.clone();
-            self.inner.notifications.wake_after(
-                conversation,
-                settings.queue.coalesce_window,
-                async move {
-                    engine.inner.notifications.wake_done(conversation);
-                    if let Err(e) = engine.wake(conversation).await {
-                        tracing::warn!(%conversation, error = %e, "could not wake the agent");
-                    }
-                },
-            );
+        if !wake {
+            return Ok(Notified::Queued);
+        }
+        if !self.is_running(conversation) {
+            self.wake_soon(conversation);
+            return Ok(Notified::Waking);
+        }
+        // The running turn delivers it with its next tool result; if it
+        // ends first, its end wakes the agent. The turn may have ended
+        // between the check and the note: then wake now.
+        self.inner.notifications.defer_wake(conversation);
+        if !self.is_running(conversation)
+            && self.inner.notifications.take_deferred_wake(conversation)
+        {
+            self.wake_soon(conversation);
             return Ok(Notified::Waking);
         }
         Ok(Notified::Queued)
+    }
+
+    /// Starts a turn for what waits after the coalescing window, unless one
+    /// is already scheduled (see [`Engine::wake`]).
+    fn wake_soon(&self, conversation: ConversationId) {
+        let engine = self.clone();
+        self.inner.notifications.wake_after(
+            conversation,
+            self.inner.config.notifications.queue.coalesce_window,
+            async move {
+                engine.inner.notifications.wake_done(conversation);
+                if let Err(e) = engine.wake(conversation).await {
+                    tracing::warn!(%conversation, error = %e, "could not wake the agent");
+                }
+            },
+        );
     }
 
     /// Starts a turn whose input is what waits, unless a turn runs (it
@@ -785,15 +805,41 @@ impl Engine {
             },
             Err(_) => Vec::new(),
         };
+        // Asked whatever happens next, so that it is not left set.
+        let deferred_wake = self.inner.notifications.take_deferred_wake(conversation);
         if !late.is_empty() {
             let text = late.join("\n\n");
             let options = self.inner.remembered.get(conversation).unwrap_or(options);
-            if let Err(e) = self
+            match self
                 .send_from(conversation, &text, None, options, Origin::Engine)
                 .await
             {
-                tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                Ok(_) => {}
+                // Another turn started meanwhile: it takes the words.
+                Err(EngineError::TurnInProgress(_)) => {
+                    if let Err(e) = Box::pin(self.interject(conversation, &text)).await {
+                        tracing::error!(%conversation, error = %e, "a late interjection was not delivered");
+                    }
+                }
+                // The turn paused for answers: the words wait as the
+                // user's notification, for the next tool result (the
+                // first call run once the pause is answered) or the next
+                // turn's start.
+                Err(EngineError::ApprovalPending { .. }) => {
+                    self.inner.notifications.push(
+                        &self.inner.config.notifications.queue,
+                        conversation,
+                        Incoming::text(USER_SOURCE, Priority::High, text),
+                    );
+                    tracing::info!(%conversation, "a late interjection waits for the paused turn");
+                }
+                Err(e) => {
+                    tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                }
             }
+        } else if deferred_wake {
+            // A waking notification came while the turn ran.
+            self.wake_soon(conversation);
         }
     }
 }

@@ -81,6 +81,9 @@ pub(crate) struct Hub {
     attached: Mutex<Recent>,
     /// Conversations with a wake scheduled.
     waking: Mutex<HashSet<ConversationId>>,
+    /// Conversations that got a waking notification while a turn ran: the
+    /// turn's end wakes them if it did not deliver it.
+    deferred: Mutex<HashSet<ConversationId>>,
 }
 
 /// Conversations with the tick each was last touched at.
@@ -207,6 +210,24 @@ impl Hub {
             wake.await;
         });
         true
+    }
+
+    /// Notes that a waking notification for `conversation` came while a
+    /// turn ran.
+    pub(crate) fn defer_wake(&self, conversation: ConversationId) {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conversation);
+    }
+
+    /// Whether a waking notification came during the turn that just ended
+    /// (forgotten once asked).
+    pub(crate) fn take_deferred_wake(&self, conversation: ConversationId) -> bool {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&conversation)
     }
 
     pub(crate) fn wake_done(&self, conversation: ConversationId) {

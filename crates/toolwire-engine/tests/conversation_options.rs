@@ -189,3 +189,95 @@ async fn a_wake_with_no_remembered_options_starts_no_turn() {
     answer_with_risky_gated(&engine, conv).await;
     assert!(!engine.has_pending_notifications(conv));
 }
+
+#[tokio::test]
+async fn a_waking_notification_during_a_turn_that_calls_no_tool_wakes_the_agent_after_it() {
+    let (engine, conv, _dir) = setup().await;
+    let mut events = engine.subscribe(conv);
+    let first = engine
+        .send_with(conv, "hi", None, approval_of(&["risky"]))
+        .await
+        .unwrap();
+    loop {
+        let e = events.recv().await.unwrap();
+        if matches!(e.event, AgentEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    // The turn runs (and will deliver it only with a tool result, which
+    // this answer has none of).
+    let notified = engine
+        .notify(conv, Incoming::text("ci", Priority::High, "deployed"))
+        .await
+        .unwrap();
+    assert!(matches!(notified, Notified::Queued));
+    assert_eq!(first.wait().await.reason, StopReason::EndTurn);
+    assert_eq!(next_turn_end(&mut events).await, StopReason::EndTurn);
+    // Its end wakes the agent: the next turn starts, with the notice.
+    assert_eq!(
+        next_turn_end(&mut events).await,
+        StopReason::RequiresApproval
+    );
+    assert!(!engine.has_pending_notifications(conv));
+}
+
+#[tokio::test]
+async fn a_late_interjection_to_a_turn_that_pauses_rides_on_the_approved_calls_result() {
+    // One step streams slowly, then calls `risky`, which needs approval.
+    let script = Script::parse(
+        r#"
+steps:
+  - text: "Checking, slowly, before calling the tool."
+    tool_calls:
+      - {id: call_risky, name: risky, arguments: {n: 1}}
+    chunk_size: 32
+    delay_ms: 20
+  - text: "Done."
+"#,
+    )
+    .unwrap();
+    let provider = Arc::new(ScriptedProvider::new(script, false));
+    let (engine, _dir) = engine(
+        provider,
+        echo_tools(&["risky"], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap().id;
+    let mut events = engine.subscribe(conv);
+    let first = engine
+        .send_with(conv, "check", None, approval_of(&["risky"]))
+        .await
+        .unwrap();
+    loop {
+        let e = events.recv().await.unwrap();
+        if matches!(e.event, AgentEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    let queued = engine.interject(conv, "use n=2 instead").await.unwrap();
+    assert!(matches!(queued, Interjection::Queued));
+    assert_eq!(first.wait().await.reason, StopReason::RequiresApproval);
+    assert_paused_on_risky(&engine, conv).await;
+    // The words were not lost with the paused turn's end: they come with
+    // the result of the call run once the pause is answered.
+    let approve = vec![(
+        toolwire_core::ToolCallId("call_risky".into()),
+        toolwire_core::Decision::Approve,
+    )];
+    let toolwire_engine::Responded::Started(next) = engine
+        .respond(conv, approve, None, approval_of(&["risky"]))
+        .await
+        .unwrap()
+    else {
+        panic!("the answer starts the rest of the turn");
+    };
+    assert_eq!(next.wait().await.reason, StopReason::EndTurn);
+    let leaf = engine.store().conversation(conv).await.unwrap().active_leaf;
+    let path = engine.store().path_to(leaf).await.unwrap();
+    let delivered = path.iter().flat_map(|m| &m.content).any(|b| {
+        matches!(b, ContentBlock::Notification { source, text, .. }
+            if source == "user" && text == "use n=2 instead")
+    });
+    assert!(delivered, "{path:#?}");
+}

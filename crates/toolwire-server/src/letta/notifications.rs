@@ -35,6 +35,12 @@ pub async fn create(
         .source
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| "client".to_owned());
+    if toolwire_core::is_reserved_source(&source) {
+        return Err(ApiError::bad_request(format!(
+            "source `{}` is reserved (toolwire's own lines and the user's words)",
+            source.trim()
+        )));
+    }
     let priority = match req.priority.as_deref() {
         None | Some("normal") => Priority::Normal,
         Some("low") => Priority::Low,
