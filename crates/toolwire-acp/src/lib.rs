@@ -241,6 +241,8 @@ struct SessionTools {
     terminals: terminal::Terminals,
     /// The built-in tools' sandbox (rooted at the cwd).
     workspace: Arc<Workspace>,
+    /// `run_command`'s background tasks.
+    tasks: Arc<builtin::BackgroundTasks>,
 }
 
 /// One ACP session: its conversation and its tools.
@@ -275,6 +277,9 @@ struct Session {
     mcp_servers: Arc<[McpServer]>,
     /// The agent's clock at its last use.
     last_used: Arc<AtomicU64>,
+    /// `run_command`'s background tasks: a session with some running is
+    /// not parked (parking would stop them).
+    tasks: Arc<builtin::BackgroundTasks>,
     /// The watcher of `cwd`, telling this session's conversation only; it
     /// stops when the session (its last clone) goes.
     _watcher: Option<Arc<WatchHandle>>,
@@ -402,7 +407,8 @@ impl AcpAgent {
                 .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?,
         );
         let mut tools = self.engine.tools().clone();
-        for tool in builtin::all(workspace.clone()) {
+        let tasks = Arc::new(builtin::BackgroundTasks::new());
+        for tool in builtin::all_with(workspace.clone(), tasks.clone()) {
             tools.register(tool);
         }
         let caps = self.client_caps();
@@ -494,6 +500,7 @@ impl AcpAgent {
             fs,
             terminals,
             workspace,
+            tasks,
         })
     }
 
@@ -566,6 +573,7 @@ impl AcpAgent {
             metrics: Arc::new(Mutex::new(metrics)),
             mcp_servers,
             last_used: Arc::new(AtomicU64::new(self.tick())),
+            tasks: tools.tasks,
             _watcher: watcher,
         };
         // Turns the engine starts itself (a waking notification, a late
@@ -594,10 +602,10 @@ impl AcpAgent {
         self.clock.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// Parks the least recently used sessions not prompting (and not
-    /// `keep`, one just opened) until at most `max_open_sessions` are open:
-    /// while every other one prompts, the limit is exceeded until a prompt
-    /// ends. A parked session's tools, MCP servers and watcher close with
+    /// Parks the least recently used sessions not prompting, with no
+    /// background task running (and not `keep`, one just opened) until at
+    /// most `max_open_sessions` are open: while no other one may go, the
+    /// limit is exceeded until a prompt ends or another session opens. A parked session's tools, MCP servers and watcher close with
     /// it; the engine forgets its turn options.
     fn park_idle(&self, keep: Option<&Arc<str>>) {
         let max = self.settings.max_open_sessions.max(1);
@@ -607,7 +615,7 @@ impl AcpAgent {
         while sessions.len() > max {
             let oldest = sessions
                 .iter()
-                .filter(|(id, s)| !s.is_prompting() && Some(*id) != keep)
+                .filter(|(id, s)| !s.is_prompting() && s.tasks.running() == 0 && Some(*id) != keep)
                 .min_by_key(|(_, s)| s.last_used.load(Ordering::SeqCst))
                 .map(|(id, _)| id.clone());
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {

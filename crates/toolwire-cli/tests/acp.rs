@@ -2470,3 +2470,45 @@ async fn a_parked_session_opens_while_the_others_prompt_and_a_cancel_while_it_op
     assert_eq!(cancelled, StopReason::Cancelled);
     drop(child);
 }
+
+#[tokio::test]
+async fn a_session_whose_background_command_runs_is_not_parked() {
+    let dirs = Dirs::new();
+    let script = write_file(
+        dirs.home(),
+        "script.yaml",
+        r#"
+steps:
+  - text: "Starting it."
+    tool_calls: [{name: run_command, arguments: {command: "sleep 10", background: true}}]
+  - text: "It runs."
+"#,
+    );
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        "[acp]\nmax_open_sessions = 1\n[acp.permissions]\nrun_command = \"allow\"\n",
+    );
+    let log = dirs.home().join("agent.log");
+    let (child, transport, _) = spawn_logging(
+        dirs.home(),
+        &scripted_config_args(&script, &dirs.db(), &config),
+        Some(&log),
+    );
+    let pid = child.id().unwrap();
+    let cwd = dirs.cwd();
+    let (one, two) = Editor::new()
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let first = new_session(&cx, cwd.clone()).await?;
+            assert_eq!(prompt(&cx, &first, "start it").await?, StopReason::EndTurn);
+            let one = inotify_watches(pid);
+            new_session(&cx, cwd.clone()).await?;
+            Ok((one, inotify_watches(pid)))
+        })
+        .await;
+    assert_eq!(two, 2 * one, "both sessions stay open");
+    drop(child);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("ACP session parked"), "{log}");
+}

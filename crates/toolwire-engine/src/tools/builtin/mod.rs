@@ -43,7 +43,12 @@ use super::Tool;
 /// tools' own writes) and one set of background tasks, killed when the
 /// last of these tools is dropped.
 pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
-    let tasks = Arc::new(BackgroundTasks::new());
+    all_with(workspace, Arc::new(BackgroundTasks::new()))
+}
+
+/// [`all`], with `run_command`'s background tasks kept in `tasks` (so the
+/// caller can tell whether any still run).
+pub fn all_with(workspace: Arc<Workspace>, tasks: Arc<BackgroundTasks>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadFile::new(workspace.clone())),
         Arc::new(WriteFile::new(workspace.clone())),

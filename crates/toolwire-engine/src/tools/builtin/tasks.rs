@@ -124,9 +124,14 @@ impl BackgroundTasks {
         self.tasks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many tasks still run.
+    pub fn running(&self) -> usize {
+        self.lock_tasks().iter().filter(|t| t.running()).count()
+    }
+
     /// Refuses when [`MAX_RUNNING`] tasks run.
     pub(super) fn check_capacity(&self) -> Result<(), ToolError> {
-        let running = self.lock_tasks().iter().filter(|t| t.running()).count();
+        let running = self.running();
         if running >= MAX_RUNNING {
             return Err(ToolError::Refused(format!(
                 "{running} background tasks are running already (at most {MAX_RUNNING}); \
