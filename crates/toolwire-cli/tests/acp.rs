@@ -2295,6 +2295,21 @@ async fn an_editor_saving_the_agents_write_is_not_an_outside_change() {
     drop(child);
 }
 
+/// server-everything over stdio, as a client's MCP server, when the test
+/// has the npm install (`TOOLWIRE_TEST_MCP_DIR`); none otherwise.
+fn everything_stdio() -> Vec<McpServer> {
+    mcp_http::mcp_dir()
+        .map(|dir| {
+            let entry =
+                dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+            vec![McpServer::Stdio(
+                McpServerStdio::new("everything", "node")
+                    .args(vec![entry.display().to_string(), "stdio".to_owned()]),
+            )]
+        })
+        .unwrap_or_default()
+}
+
 /// The inotify watches process `pid` holds.
 fn inotify_watches(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
@@ -2366,16 +2381,7 @@ steps:
     let pid = child.id().unwrap();
     let cwd = dirs.cwd();
     // Each session has its own stdio MCP server, when the test has one.
-    let servers: Vec<McpServer> = mcp_http::mcp_dir()
-        .map(|dir| {
-            let entry =
-                dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-            vec![McpServer::Stdio(
-                McpServerStdio::new("everything", "node")
-                    .args(vec![entry.display().to_string(), "stdio".to_owned()]),
-            )]
-        })
-        .unwrap_or_default();
+    let servers = everything_stdio();
     let with_servers = !servers.is_empty();
     let (one, three, reopened, stop) = Editor::new()
         .run(transport, async move |cx: ConnectionTo<Agent>| {
@@ -2435,16 +2441,7 @@ async fn a_parked_session_opens_while_the_others_prompt_and_a_cancel_while_it_op
     );
     let cwd = dirs.cwd();
     // Opening a session that has a stdio MCP server takes a moment.
-    let servers: Vec<McpServer> = mcp_http::mcp_dir()
-        .map(|dir| {
-            let entry =
-                dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-            vec![McpServer::Stdio(
-                McpServerStdio::new("everything", "node")
-                    .args(vec![entry.display().to_string(), "stdio".to_owned()]),
-            )]
-        })
-        .unwrap_or_default();
+    let servers = everything_stdio();
     let (both, cancelled) = Editor::new()
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;

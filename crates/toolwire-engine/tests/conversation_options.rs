@@ -70,6 +70,16 @@ async fn answer_with_risky_gated(engine: &Engine, conv: ConversationId) {
     assert_eq!(outcome.reason, StopReason::EndTurn);
 }
 
+/// Waits until the turn's answer starts to stream.
+async fn text_streams(events: &mut toolwire_engine::Subscription) {
+    loop {
+        let e = events.recv().await.unwrap();
+        if matches!(e.event, AgentEvent::TextDelta { .. }) {
+            return;
+        }
+    }
+}
+
 /// Waits for the end of the next turn that starts.
 async fn next_turn_end(events: &mut toolwire_engine::Subscription) -> StopReason {
     loop {
@@ -128,12 +138,7 @@ async fn a_late_interjection_starts_a_turn_with_the_same_options() {
         .unwrap();
     // The answer streams: the turn calls no tool, so the interjection is
     // left for the end of the turn, which starts the next one with it.
-    loop {
-        let e = events.recv().await.unwrap();
-        if matches!(e.event, AgentEvent::TextDelta { .. }) {
-            break;
-        }
-    }
+    text_streams(&mut events).await;
     let queued = engine.interject(conv, "and check it").await.unwrap();
     assert!(matches!(queued, Interjection::Queued));
     assert_eq!(first.wait().await.reason, StopReason::EndTurn);
@@ -198,12 +203,7 @@ async fn a_waking_notification_during_a_turn_that_calls_no_tool_wakes_the_agent_
         .send_with(conv, "hi", None, approval_of(&["risky"]))
         .await
         .unwrap();
-    loop {
-        let e = events.recv().await.unwrap();
-        if matches!(e.event, AgentEvent::TextDelta { .. }) {
-            break;
-        }
-    }
+    text_streams(&mut events).await;
     // The turn runs (and will deliver it only with a tool result, which
     // this answer has none of).
     let notified = engine
@@ -249,12 +249,7 @@ steps:
         .send_with(conv, "check", None, approval_of(&["risky"]))
         .await
         .unwrap();
-    loop {
-        let e = events.recv().await.unwrap();
-        if matches!(e.event, AgentEvent::TextDelta { .. }) {
-            break;
-        }
-    }
+    text_streams(&mut events).await;
     let queued = engine.interject(conv, "use n=2 instead").await.unwrap();
     assert!(matches!(queued, Interjection::Queued));
     assert_eq!(first.wait().await.reason, StopReason::RequiresApproval);
