@@ -390,9 +390,6 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
 /// bytes, as a running command's output is shown, so a long history of
 /// large results (256 KiB file reads) does not flood the editor at load.
 fn replayed_result(text: &str) -> String {
-    if text.len() <= OUTPUT_LIMIT {
-        return text.to_owned();
-    }
     let mut tail = OutputTail::default();
     tail.push(text, OUTPUT_LIMIT);
     tail.render(OUTPUT_LIMIT)

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::Incoming;
-use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
+use toolwire_core::notification::{SYSTEM_PROMPT_ADDITION, USER_SOURCE};
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, Decision, Gate, GatedCall, Message, MessageId,
     MessageStatus, PendingApproval, Priority, Progress, Role, RunId, StopReason, ToolCall,
@@ -887,7 +887,7 @@ impl Turn<'_> {
             self.inner.notifications.push(
                 &self.inner.config.notifications.queue,
                 self.conversation,
-                Incoming::text("user", Priority::High, reminder),
+                Incoming::text(USER_SOURCE, Priority::High, reminder),
             );
         }
         let mut message = Message::new(
