@@ -18,8 +18,6 @@ use serde_json::Value;
 use toolwire_engine::tools::builtin::{Workspace, parse_args, preview_diff};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
-use crate::Session;
-
 /// Text returned by one read, at most (the built-in tool's cap is alike).
 const MAX_READ: usize = 256 * 1024;
 
@@ -139,7 +137,7 @@ fn is_not_found(e: &agent_client_protocol::Error) -> bool {
 /// else the file on disk. Only a regular file of at most [`MAX_READ`]
 /// bytes is read, so that a device, a FIFO or a huge file cannot stall or
 /// flood the permission request.
-pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> OldText {
+pub(crate) async fn read_for_preview(fs: Option<&ClientFs>, path: &Path) -> OldText {
     let too_large = || OldText::Unavailable(format!("it is larger than {} KiB", MAX_READ / 1024));
     let meta = tokio::fs::metadata(path).await;
     match &meta {
@@ -149,7 +147,7 @@ pub(crate) async fn read_for_preview(session: &Session, path: &Path) -> OldText 
         Ok(m) if m.len() > MAX_READ as u64 => return too_large(),
         _ => {}
     }
-    if let Some(fs) = session.fs.as_ref().filter(|fs| fs.read) {
+    if let Some(fs) = fs.filter(|fs| fs.read) {
         return match fs.read(path, None, None).await {
             Ok(text) if text.len() > MAX_READ => too_large(),
             Ok(text) => OldText::Text(text),

@@ -12,7 +12,7 @@
 //! `permissions.rs`; when the editor offers files or terminals, the
 //! session's `read_file`/`write_file`/`run_command` go through it
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
-//! names. `_toolwire/notify` (`notify.rs`) feeds the engine's
+//! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify` (`notify.rs`) feeds the engine's
 //! notifications.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
@@ -26,6 +26,7 @@
 
 mod client_fs;
 mod convert;
+mod edits;
 mod notify;
 mod permissions;
 mod session;
@@ -237,10 +238,11 @@ struct SessionTools {
     tools: ToolRegistry,
     /// What the built-in tools wrote, for the session's file watcher.
     own_writes: Arc<OwnWrites>,
-    fs: Option<client_fs::ClientFs>,
     terminals: terminal::Terminals,
-    /// The built-in tools' sandbox (rooted at the cwd).
-    workspace: Arc<Workspace>,
+    /// What edit previews read.
+    edits: edits::EditView,
+    /// The diffs of the edits that ran.
+    diffs: edits::Diffs,
     /// `run_command`'s background tasks.
     tasks: Arc<builtin::BackgroundTasks>,
 }
@@ -250,14 +252,15 @@ struct SessionTools {
 struct Session {
     conversation: ConversationId,
     tools: ToolRegistry,
-    /// The editor's files, when it offers them.
-    fs: Option<client_fs::ClientFs>,
     /// The editor terminals of running `run_command` calls.
     terminals: terminal::Terminals,
     /// The root of the built-in tools.
     cwd: PathBuf,
-    /// The built-in tools' sandbox: the paths an edit preview may read.
-    workspace: Arc<Workspace>,
+    /// What edit previews read: the built-in tools' sandbox (the paths
+    /// an edit preview may read) and the editor's buffers.
+    edits: edits::EditView,
+    /// The diffs of its edits that ran, for their calls' final updates.
+    diffs: edits::Diffs,
     /// The session's "always" answers (stored, so a loaded session keeps
     /// them).
     permissions: Arc<Mutex<permissions::Permissions>>,
@@ -443,6 +446,13 @@ impl AcpAgent {
                 }));
             }
         }
+        let edits = edits::EditView {
+            workspace: workspace.clone(),
+            cwd: cwd.to_path_buf(),
+            fs,
+        };
+        let diffs = edits::Diffs::default();
+        edits::ShowsDiff::wrap(&mut tools, &edits, &diffs);
         if let (true, Some(builtin)) = (caps.terminal, tools.get("run_command")) {
             tools.register(Arc::new(terminal::ClientRunCommand {
                 cx: cx.clone(),
@@ -497,9 +507,9 @@ impl AcpAgent {
         Ok(SessionTools {
             tools,
             own_writes: workspace.own_writes().clone(),
-            fs,
             terminals,
-            workspace,
+            edits,
+            diffs,
             tasks,
         })
     }
@@ -561,10 +571,10 @@ impl AcpAgent {
         let session = Session {
             conversation,
             tools: tools.tools,
-            fs: tools.fs,
             terminals: tools.terminals,
             cwd,
-            workspace: tools.workspace,
+            edits: tools.edits,
+            diffs: tools.diffs,
             permissions: Arc::new(Mutex::new(permissions)),
             cancelled: Arc::default(),
             prompting: Arc::default(),

@@ -15,7 +15,7 @@ use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
     StopReason, ToolCall, ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
 };
-use toolwire_engine::tools::builtin::{UPDATE_PLAN, preview_diff};
+use toolwire_engine::tools::builtin::UPDATE_PLAN;
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 
 use crate::permissions::ask;
@@ -110,6 +110,9 @@ pub(crate) async fn run_prompt(
         None => Ok(()),
     };
     let flushed = ended.and_then(|()| updates.flush_all(now));
+    // Diffs of edits no final update took (a turn the engine started
+    // itself, calls not followed to their end) are not kept.
+    session.diffs.clear();
     if let Ok(mut total) = session.metrics.lock() {
         add_metrics(&mut total, &updates.metrics());
     }
@@ -258,43 +261,10 @@ pub(crate) async fn permission_tool_call(
 ) -> acp::ToolCallUpdate {
     let mut state = described_state(&call.id, &call.name, &call.arguments, &session.cwd);
     state.raw_input = Some(call.arguments.clone());
-    if let Some(diff) = edit_preview(session, call).await {
+    if let Some(diff) = session.edits.preview(&call.name, &call.arguments).await {
         state.content = vec![diff];
     }
     acp::ToolCallUpdate::from(convert::tool_call(&state))
-}
-
-/// The diff an edit would make: `old_text` absent for a new file. `None`
-/// when it cannot be worked out (the call then fails when it runs, and the
-/// user still decides from the raw input). The path goes through the
-/// session's sandbox first: one outside it is not read (the tool refuses it
-/// when run), and the preview says so instead of showing a diff.
-async fn edit_preview(session: &Session, call: &ToolCall) -> Option<ToolCallContent> {
-    use crate::client_fs::{OldText, read_for_preview};
-    let text = |key: &str| call.arguments.get(key).and_then(|v| v.as_str());
-    if !matches!(call.name.as_str(), "write_file" | "apply_diff") {
-        return None;
-    }
-    let path = text("path")?;
-    let no_diff = |why: String| Some(ToolCallContent::text(format!("No diff of `{path}`: {why}")));
-    let resolved = match session.workspace.resolve(path) {
-        Ok(resolved) => resolved,
-        Err(e) => return no_diff(e.to_string()),
-    };
-    let old_text = match read_for_preview(session, &resolved).await {
-        OldText::Text(text) => Some(text),
-        OldText::Missing => None,
-        OldText::Unavailable(why) => return no_diff(why),
-    };
-    let new_text = match call.name.as_str() {
-        "write_file" => text("content")?.to_owned(),
-        _ => preview_diff(old_text.as_deref().unwrap_or(""), text("diff")?).ok()?,
-    };
-    Some(ToolCallContent::Diff {
-        path: titles::absolute(&session.cwd, path),
-        old_text,
-        new_text,
-    })
 }
 
 /// A call's state with the title, kind and locations its arguments give.

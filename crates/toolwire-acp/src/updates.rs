@@ -366,6 +366,7 @@ impl<'a> Updates<'a> {
         now: Instant,
     ) -> Result<(), agent_client_protocol::Error> {
         let streamed = self.calls.get(id).is_some_and(|c| c.streamed);
+        let diff = self.session.diffs.take(id);
         let mut patch = ToolCallPatch::new(id.clone()).status(status);
         let mut exit = None;
         if let Some(terminal_id) = self.client_terminal(id) {
@@ -390,7 +391,12 @@ impl<'a> Updates<'a> {
             }
             exit = Some(ended);
         } else {
-            patch = patch.content(vec![ToolCallContent::text(result)]);
+            // An edit that ran shows the diff it made (as editors show an
+            // agent's edits), its result under it; a failed one its error.
+            let diff = diff.filter(|_| status == ToolCallStatus::Completed);
+            let mut content: Vec<ToolCallContent> = diff.into_iter().collect();
+            content.push(ToolCallContent::text(result));
+            patch = patch.content(content);
         }
         if let Err(e) = self.tracker.push(patch, now) {
             tracing::debug!(error = %e, "final update dropped");

@@ -619,6 +619,25 @@ fn first_diff<'a>(mut contents: impl Iterator<Item = &'a ToolCallContent>) -> Op
     })
 }
 
+/// The diffs shown by the calls' final updates (those that completed),
+/// each with the text after it (the tool's result).
+fn completed_diffs(updates: &[SessionUpdate]) -> Vec<(Diff, String)> {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(up)
+                if up.fields.status == Some(ToolCallStatus::Completed) =>
+            {
+                let content = up.fields.content.as_ref()?;
+                let diff = first_diff(content.iter())?;
+                let rest = content.iter().skip(1).cloned().map(content_text).collect();
+                Some((diff, rest))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// The text of the results of the session's tool calls.
 fn results(updates: &[SessionUpdate]) -> String {
     updates
@@ -991,6 +1010,11 @@ async fn a_rejected_write_is_not_run_and_the_model_is_told() {
     assert!(results.contains("denied"), "{results}");
     let last_status = last_status(&asked.updates);
     assert_eq!(last_status, Some(ToolCallStatus::Failed), "it did not run");
+    assert_eq!(
+        completed_diffs(&asked.updates),
+        [],
+        "no diff of an edit not made"
+    );
 }
 
 #[tokio::test]
@@ -1006,6 +1030,19 @@ async fn allow_always_is_not_asked_again_in_the_session() {
     assert_eq!(
         std::fs::read_to_string(project.join("out2.txt")).unwrap(),
         "again\n"
+    );
+    // The call that ran without asking shows its diff as well.
+    let done = completed_diffs(&asked.updates);
+    let shown: Vec<(PathBuf, Option<&str>, &str)> = done
+        .iter()
+        .map(|(d, _)| (d.path.clone(), d.old_text.as_deref(), d.new_text.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (project.join("out.txt"), None, "hello\n"),
+            (project.join("out2.txt"), None, "again\n"),
+        ]
     );
 }
 
@@ -1523,6 +1560,19 @@ async fn files_and_commands_through_the_editor(cwd_is_a_link: bool) {
     assert_eq!(diff.old_text.as_deref(), Some("unsaved buffer\n"));
 
     let updates = editor.updates();
+    // Both edits show what they did to the editor's buffer once run.
+    let mut done: Vec<(Option<String>, String)> = completed_diffs(&updates)
+        .into_iter()
+        .map(|(d, _)| (d.old_text, d.new_text))
+        .collect();
+    done.sort();
+    assert_eq!(
+        done,
+        [
+            (Some("unsaved buffer\n".into()), "patched\n".into()),
+            (Some("unsaved buffer\n".into()), "rewritten\n".into()),
+        ]
+    );
     let results = results(&updates);
     assert!(results.contains("unsaved buffer"), "{results}");
     let terminal = updates.iter().any(|u| match u {
@@ -1706,6 +1756,14 @@ async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
         std::fs::read_to_string(dirs.project().join("a.txt")).unwrap(),
         "one\nthree\n"
     );
+    // Once run, the call keeps showing the diff it made, its result under it.
+    let done = completed_diffs(&editor.updates());
+    assert_eq!(done.len(), 1, "{done:#?}");
+    let (diff, result) = &done[0];
+    assert_eq!(diff.path, dirs.project().join("a.txt"));
+    assert_eq!(diff.old_text.as_deref(), Some("one\ntwo\n"));
+    assert_eq!(diff.new_text, "one\nthree\n");
+    assert_eq!(result, "applied 1 hunk to `a.txt`");
 }
 
 /// The permission request of an edit outside the session's cwd shows
