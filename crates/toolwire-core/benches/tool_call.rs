@@ -46,40 +46,45 @@ fn edit_call() -> ToolCallState {
     s
 }
 
-/// Bytes of one call's life: (announce, updates) and the patch count.
+/// The edit call announced and running: the tracker and the patches sent.
 ///
 /// `early`: announced as the front doors do it, the moment the name has
 /// streamed in (no arguments yet), then refined as the argument fields
 /// complete: the title and location with `path`, the raw input with
 /// `diff`. Otherwise announced whole, arguments and all.
-fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
+fn running_edit(complete: bool, early: bool, now: Instant) -> (ToolCallTracker, u64) {
     let mut t = immediate(complete);
-    let now = Instant::now();
-    let mut sent = 0;
-    let mut send = |t: &mut ToolCallTracker, p: ToolCallPatch| {
-        sent += u64::from(t.update(p, now).unwrap().is_some());
-    };
+    let whole = edit_call();
+    let mut patches = Vec::new();
     if early {
         t.announce(ToolCallState::new(ID, "Edit", ToolKind::Edit))
             .unwrap();
-        let whole = edit_call();
-        send(
-            &mut t,
+        patches.push(
             ToolCallPatch::new(ID)
                 .title(whole.title.clone())
                 .locations(whole.locations.clone()),
         );
-        send(
-            &mut t,
-            ToolCallPatch::new(ID).raw_input(whole.raw_input.clone().unwrap()),
-        );
+        patches.push(ToolCallPatch::new(ID).raw_input(whole.raw_input.clone().unwrap()));
     } else {
-        t.announce(edit_call()).unwrap();
+        t.announce(whole).unwrap();
     }
-    send(
-        &mut t,
-        ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
-    );
+    patches.push(ToolCallPatch::new(ID).status(ToolCallStatus::InProgress));
+    let sent = patches
+        .into_iter()
+        .map(|p| u64::from(t.update(p, now).unwrap().is_some()))
+        .sum();
+    (t, sent)
+}
+
+/// Bytes of one call's life: (announce, updates) and the patch count.
+/// Progress moves the location hunk by hunk; the completion shows the
+/// diff made and a raw output.
+fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
+    let now = Instant::now();
+    let (mut t, mut sent) = running_edit(complete, early, now);
+    let mut send = |t: &mut ToolCallTracker, p: ToolCallPatch| {
+        sent += u64::from(t.update(p, now).unwrap().is_some());
+    };
     for i in 0..10u32 {
         send(
             &mut t,
@@ -110,6 +115,32 @@ fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
     );
     let m = t.metrics();
     (m.announce_bytes, m.patch_bytes, sent)
+}
+
+/// The same call as the front doors show a tool that reports progress:
+/// announced at its name, refined by its fields, in_progress, 10 progress
+/// lines through [`ToolCallTracker::status_line`] (an MCP server's
+/// `notifications/progress`, as ACP editors and the live view get them),
+/// completed with its result text.
+fn status_line_lifecycle(complete: bool) -> (u64, u64) {
+    let now = Instant::now();
+    let (mut t, _) = running_edit(complete, true, now);
+    let id = ToolCallId::from(ID);
+    for i in 1..=10u32 {
+        let line = format!("{i}/10 ({}%): applying hunk {i}", 10 * i);
+        t.status_line(&id, &line, now).unwrap();
+    }
+    t.update(
+        ToolCallPatch::new(ID)
+            .status(ToolCallStatus::Completed)
+            .content(vec![ToolCallContent::text(format!(
+                "applied 10 hunks to `{PATH}`"
+            ))]),
+        now,
+    )
+    .unwrap();
+    let m = t.metrics();
+    (m.announce_bytes, m.patch_bytes)
 }
 
 /// A short command: announce, in_progress, 10 chunks of 5 output lines,
@@ -215,6 +246,15 @@ fn report_bytes(_: &mut Criterion) {
             100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
         );
     }
+    let (announce, partial) = status_line_lifecycle(false);
+    let (_, complete) = status_line_lifecycle(true);
+    println!(
+        "(b) the same call with 10 progress lines (status_line) and completed with its result \
+         text: {} vs {} B = {:.1}% fewer counting the announce",
+        announce + partial,
+        announce + complete,
+        100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
+    );
     for appended in [false, true] {
         let (announce, partial) = command_lifecycle(false, appended);
         let (_, complete) = command_lifecycle(true, appended);
