@@ -396,6 +396,37 @@ impl NotificationQueue {
         })
     }
 
+    /// Puts back `batch`, taken by [`drain`](Self::drain) but not
+    /// delivered (storing the message that carried it failed): its lines
+    /// wait again ahead of the others, as they were shown (not joined by
+    /// later events), and its dropped counts are owed again.
+    pub fn restore(&mut self, batch: Batch, now: Instant) {
+        let count = batch.notices.len();
+        for line in &mut self.lines {
+            line.seq += count as u64;
+        }
+        self.next_seq += count as u64;
+        for at in self.newest.values_mut() {
+            *at += count;
+        }
+        let restored = batch
+            .notices
+            .into_iter()
+            .zip(0u64..)
+            .map(|(notice, seq)| Line {
+                source: notice.source,
+                priority: notice.priority,
+                body: Body::Texts(vec![notice.text]),
+                more_items: 0,
+                first_at: now,
+                seq,
+            });
+        self.lines.splice(0..0, restored);
+        for (source, dropped) in batch.dropped {
+            *self.dropped.entry(source).or_default() += dropped;
+        }
+    }
+
     fn take_token(&mut self, source: &str, now: Instant) -> bool {
         let (burst, rate) = (f64::from(self.config.burst.max(1)), self.config.per_second);
         let mut key = source;

@@ -280,3 +280,52 @@ fn a_client_cannot_write_toolwires_own_lines() {
     assert!(toolwire_core::is_reserved_source("user"));
     assert!(!toolwire_core::is_reserved_source("ci"));
 }
+
+#[test]
+fn a_batch_put_back_comes_again_first_and_whole() {
+    let config = NotifyConfig {
+        burst: 2,
+        per_second: 0.001,
+        ..NotifyConfig::default()
+    };
+    let mut q = NotificationQueue::new(config);
+    let t = Instant::now();
+    for i in 1..=10 {
+        q.push(
+            text(&format!("task{i}"), &format!("task {i} finished")),
+            t + Duration::from_secs(10 * i),
+        );
+    }
+    // task1's bucket lets one more through, then is spent: three dropped,
+    // counted.
+    for i in 0..4 {
+        q.push(text("task1", "again"), t + Duration::from_secs(100 + i));
+    }
+    let taken = q.drain().unwrap();
+    assert_eq!(taken.notices.len(), 8);
+    assert_eq!(taken.dropped, vec![("task1".to_owned(), 3)]);
+    // Storing the message that carried it failed: put back. Meanwhile one
+    // more came, of a source the batch has (not joined to the old line).
+    q.restore(taken.clone(), t + Duration::from_secs(200));
+    q.push(
+        text("task2", "task 2 restarted"),
+        t + Duration::from_secs(200),
+    );
+    let again = q.drain().unwrap();
+    assert_eq!(again.notices, taken.notices, "the same lines, first");
+    assert_eq!(again.dropped, taken.dropped);
+    assert_eq!(again.more_pending, 4, "the three left and the new one");
+    let rest = q.drain().unwrap();
+    let texts: Vec<&str> = rest.notices.iter().map(|n| n.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "task 9 finished",
+            "task 10 finished",
+            "again",
+            "task 2 restarted"
+        ]
+    );
+    assert!(rest.dropped.is_empty(), "counts are owed once");
+    assert!(q.drain().is_none());
+}

@@ -169,6 +169,23 @@ impl Hub {
         queues.by_conversation.get_mut(&conversation)?.drain()
     }
 
+    /// Puts back `batch`, drained for `conversation` but not delivered.
+    pub(crate) fn restore(
+        &self,
+        config: &NotifyConfig,
+        conversation: ConversationId,
+        batch: Batch,
+    ) {
+        let now = tokio::time::Instant::now().into_std();
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.recent.touch(conversation);
+        queues
+            .by_conversation
+            .entry(conversation)
+            .or_insert_with(|| NotificationQueue::new(config.clone()))
+            .restore(batch, now);
+    }
+
     /// Whether anything waits for `conversation`.
     pub(crate) fn has_pending(&self, conversation: ConversationId) -> bool {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use toolwire_core::Incoming;
 use toolwire_core::notification::{SYSTEM_PROMPT_ADDITION, USER_SOURCE};
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, Decision, Gate, GatedCall, Message, MessageId,
+    AgentEvent, Batch, ContentBlock, ConversationId, Decision, Gate, GatedCall, Message, MessageId,
     MessageStatus, PendingApproval, Priority, Progress, Role, RunId, StopReason, ToolCall,
     ToolCallId, Usage,
 };
@@ -209,7 +209,7 @@ impl Turn<'_> {
             Start::User(mut user) => {
                 self.leaf = user.id;
                 // What waited since the last turn comes with its message.
-                let injected = self.take_notifications(&mut user);
+                let (injected, batch) = self.take_notifications(&mut user).unzip();
                 if user.content.is_empty() {
                     user.content.push(ContentBlock::Text {
                         text: "(woken by a notification)".into(),
@@ -221,7 +221,7 @@ impl Turn<'_> {
                     message: user.clone(),
                 }];
                 events.extend(injected);
-                self.inner.bus.store_message(&user, events).await?;
+                self.store_carrying(&user, events, batch).await?;
             }
             Start::From(id) => {
                 self.leaf = id;
@@ -904,10 +904,10 @@ impl Turn<'_> {
         if is_error {
             message.status = MessageStatus::Error;
         }
-        let injected = if self.inner.config.notifications.mode == InjectionMode::Augment {
-            self.take_notifications(&mut message)
+        let (injected, batch) = if self.inner.config.notifications.mode == InjectionMode::Augment {
+            self.take_notifications(&mut message).unzip()
         } else {
-            None
+            (None, None)
         };
         let (run_id, call_id, stored) = (self.run_id, call_id.clone(), message.clone());
         let event = match error {
@@ -925,7 +925,7 @@ impl Turn<'_> {
         };
         let mut events = vec![event];
         events.extend(injected);
-        self.inner.bus.store_message(&message, events).await?;
+        self.store_carrying(&message, events, batch).await?;
         self.leaf = message.id;
         Ok(())
     }
@@ -969,19 +969,42 @@ impl Turn<'_> {
     }
 
     /// Drains the conversation's notifications onto `message` (as
-    /// notification blocks); returns the event that announces them.
-    fn take_notifications(&self, message: &mut Message) -> Option<AgentEvent> {
+    /// notification blocks); returns the event that announces them and the
+    /// batch, to put back if `message` cannot be stored.
+    fn take_notifications(&self, message: &mut Message) -> Option<(AgentEvent, Batch)> {
         if !self.inner.config.notifications.enabled {
             return None;
         }
         let batch = self.inner.notifications.drain(self.conversation)?;
         message.content.extend(batch.blocks());
-        Some(AgentEvent::NotificationsInjected {
+        let event = AgentEvent::NotificationsInjected {
             run_id: self.run_id,
             message_id: message.id,
             notices: batch.notices.clone(),
             text: batch.format(),
-        })
+        };
+        Some((event, batch))
+    }
+
+    /// Stores `message` with `events`. If that fails, the notifications
+    /// `batch` it carried wait again for the next message: taken from the
+    /// queue is not delivered until stored.
+    async fn store_carrying(
+        &self,
+        message: &Message,
+        events: Vec<AgentEvent>,
+        batch: Option<Batch>,
+    ) -> Result<(), Stop> {
+        let stored = self.inner.bus.store_message(message, events).await;
+        if stored.is_err()
+            && let Some(batch) = batch
+        {
+            let queue = &self.inner.config.notifications.queue;
+            self.inner
+                .notifications
+                .restore(queue, self.conversation, batch);
+        }
+        Ok(stored?)
     }
 
     /// In [`InjectionMode::SyntheticTool`], what waits after the step's
@@ -1006,7 +1029,8 @@ impl Turn<'_> {
                 arguments: serde_json::json!({}),
             }],
         );
-        self.inner.bus.store_message(&call, Vec::new()).await?;
+        self.store_carrying(&call, Vec::new(), Some(batch.clone()))
+            .await?;
         let mut content = vec![ContentBlock::ToolResult {
             tool_use_id: call_id,
             content: String::new(),
@@ -1020,7 +1044,8 @@ impl Turn<'_> {
             notices: batch.notices.clone(),
             text: batch.format(),
         };
-        self.inner.bus.store_message(&result, vec![event]).await?;
+        self.store_carrying(&result, vec![event], Some(batch))
+            .await?;
         self.leaf = result.id;
         Ok(())
     }

@@ -305,3 +305,58 @@ async fn notifications_can_be_turned_off() {
     engine.run(conv, "hi").await.unwrap();
     assert!(user_notifications(&engine, conv).await.is_empty());
 }
+
+/// Storing the tool result that carries a batch fails (a real SQLite
+/// trigger refuses it): the batch is not lost, it comes with the next
+/// message instead.
+#[tokio::test]
+async fn a_batch_whose_message_cannot_be_stored_waits_for_the_next() {
+    use sqlx::Connection;
+    let (server, engine, conv, dir) = slow_call_engine(InjectionMode::Augment).await;
+    let url = format!("sqlite://{}", dir.path().join("test.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_tool_results BEFORE INSERT ON messages \
+         WHEN NEW.role = 'tool' BEGIN SELECT RAISE(ABORT, 'disk says no'); END",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+
+    let mut events = engine.subscribe(conv);
+    let handle = engine.send(conv, "go", None).await.unwrap();
+    loop {
+        if type_of(&events.recv().await.unwrap().event) == "tool_execution_started" {
+            break;
+        }
+    }
+    engine
+        .notify(
+            conv,
+            Incoming::text("ci", Priority::Normal, "deploy finished <ok>"),
+        )
+        .await
+        .unwrap();
+    let outcome = handle.wait().await;
+    assert_eq!(outcome.reason, StopReason::Error, "{outcome:?}");
+    assert!(
+        outcome
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("disk says no"),
+        "{outcome:?}"
+    );
+    assert!(engine.has_pending_notifications(conv), "put back");
+
+    sqlx::query("DROP TRIGGER refuse_tool_results")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    engine.run(conv, "again").await.unwrap();
+    let sent = &server.received()[1].body["messages"];
+    let last = sent.as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"], format!("again\n\n{BLOCK}"));
+    assert!(!engine.has_pending_notifications(conv));
+}
