@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolwire_core::{ToolCallContent, ToolCallId};
 use toolwire_engine::tools::builtin::{Workspace, preview_diff};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 use crate::client_fs::{ClientFs, OldText, read_for_preview};
 use crate::titles;
@@ -104,11 +104,7 @@ pub(crate) struct ShowsDiff {
 impl ShowsDiff {
     /// Wraps the session's edit tools among `tools` (by name); the others
     /// are left as they are.
-    pub(crate) fn wrap(
-        tools: &mut toolwire_engine::tools::ToolRegistry,
-        view: &EditView,
-        diffs: &Diffs,
-    ) {
+    pub(crate) fn wrap(tools: &mut ToolRegistry, view: &EditView, diffs: &Diffs) {
         for name in EDIT_TOOLS {
             if let Some(inner) = tools.get(name) {
                 tools.register(Arc::new(ShowsDiff {

@@ -12,8 +12,8 @@
 //! `permissions.rs`; when the editor offers files or terminals, the
 //! session's `read_file`/`write_file`/`run_command` go through it
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
-//! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify` (`notify.rs`) feeds the engine's
-//! notifications.
+//! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
+//! (`notify.rs`) feeds the engine's notifications.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
 //! engine is used only through its public API. Nothing but the protocol is

@@ -210,6 +210,11 @@ fn long_command(appended: bool, every: Duration, budget: Option<u64>) -> (u64, u
     (t.metrics().patch_bytes, t.metrics().updates_sent)
 }
 
+/// How many percent fewer bytes `partial` is than `complete`.
+fn fewer(partial: u64, complete: u64) -> f64 {
+    100.0 * (1.0 - partial as f64 / complete as f64)
+}
+
 fn report_bytes(_: &mut Criterion) {
     // (a) status only.
     let mut t = immediate(false);
@@ -240,10 +245,10 @@ fn report_bytes(_: &mut Criterion) {
             } else {
                 "announced whole"
             },
-            100.0 * (1.0 - partial as f64 / complete as f64),
+            fewer(partial, complete),
             announce + partial,
             announce + complete,
-            100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
+            fewer(announce + partial, announce + complete),
         );
     }
     let (announce, partial) = status_line_lifecycle(false);
@@ -253,7 +258,7 @@ fn report_bytes(_: &mut Criterion) {
          text: {} vs {} B = {:.1}% fewer counting the announce",
         announce + partial,
         announce + complete,
-        100.0 * (1.0 - (announce + partial) as f64 / (announce + complete) as f64),
+        fewer(announce + partial, announce + complete),
     );
     for appended in [false, true] {
         let (announce, partial) = command_lifecycle(false, appended);
@@ -262,7 +267,7 @@ fn report_bytes(_: &mut Criterion) {
             "    command lifecycle ({} output, 50 lines): updates {partial} B partial vs \
              {complete} B complete = {:.1}% fewer (announce {announce} B)",
             if appended { "appended" } else { "replaced" },
-            100.0 * (1.0 - partial as f64 / complete as f64),
+            fewer(partial, complete),
         );
     }
 

@@ -133,6 +133,21 @@ struct Queues {
     recent: Recent,
 }
 
+impl Queues {
+    /// The queue of `conversation` (a new one if it has none), marked as
+    /// used now.
+    fn used(
+        &mut self,
+        config: &NotifyConfig,
+        conversation: ConversationId,
+    ) -> &mut NotificationQueue {
+        self.recent.touch(conversation);
+        self.by_conversation
+            .entry(conversation)
+            .or_insert_with(|| NotificationQueue::new(config.clone()))
+    }
+}
+
 impl Hub {
     /// Queues `event` for `conversation`; returns whether it was kept.
     pub(crate) fn push(
@@ -144,12 +159,7 @@ impl Hub {
         let now = tokio::time::Instant::now().into_std();
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         let queues = &mut *queues;
-        queues.recent.touch(conversation);
-        let admission = queues
-            .by_conversation
-            .entry(conversation)
-            .or_insert_with(|| NotificationQueue::new(config.clone()))
-            .push(event, now);
+        let admission = queues.used(config, conversation).push(event, now);
         let by_conversation = &queues.by_conversation;
         let trimmed = queues.recent.trim(QUEUES_MAX, |c| {
             by_conversation.get(c).is_none_or(|q| q.is_empty())
@@ -178,12 +188,7 @@ impl Hub {
     ) {
         let now = tokio::time::Instant::now().into_std();
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        queues.recent.touch(conversation);
-        queues
-            .by_conversation
-            .entry(conversation)
-            .or_insert_with(|| NotificationQueue::new(config.clone()))
-            .restore(batch, now);
+        queues.used(config, conversation).restore(batch, now);
     }
 
     /// Whether anything waits for `conversation`.

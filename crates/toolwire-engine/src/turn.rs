@@ -977,13 +977,17 @@ impl Turn<'_> {
         }
         let batch = self.inner.notifications.drain(self.conversation)?;
         message.content.extend(batch.blocks());
-        let event = AgentEvent::NotificationsInjected {
+        Some((self.injected(message.id, &batch), batch))
+    }
+
+    /// The event that announces `batch` on message `message_id`.
+    fn injected(&self, message_id: MessageId, batch: &Batch) -> AgentEvent {
+        AgentEvent::NotificationsInjected {
             run_id: self.run_id,
-            message_id: message.id,
+            message_id,
             notices: batch.notices.clone(),
             text: batch.format(),
-        };
-        Some((event, batch))
+        }
     }
 
     /// Stores `message` with `events`. If that fails, the notifications
@@ -1038,12 +1042,7 @@ impl Turn<'_> {
         }];
         content.extend(batch.blocks());
         let result = Message::new(self.conversation, Some(call.id), Role::Tool, content);
-        let event = AgentEvent::NotificationsInjected {
-            run_id: self.run_id,
-            message_id: result.id,
-            notices: batch.notices.clone(),
-            text: batch.format(),
-        };
+        let event = self.injected(result.id, &batch);
         self.store_carrying(&result, vec![event], Some(batch))
             .await?;
         self.leaf = result.id;
