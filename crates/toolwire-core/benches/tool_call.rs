@@ -27,9 +27,13 @@ fn immediate(complete: bool) -> ToolCallTracker {
     })
 }
 
-/// An edit call as a model writes it: a unified diff of about 1.2 KB.
-fn edit_call() -> ToolCallState {
-    let hunks: String = (0..10)
+/// Hunks in the typical edit: an input of 820 B as JSON.
+const HUNKS: u32 = 10;
+
+/// An edit call as a model writes it: a unified diff of `hunks` hunks
+/// (about 80 B each as JSON).
+fn edit_call(hunks: u32) -> ToolCallState {
+    let hunks: String = (0..hunks)
         .map(|i| {
             format!(
                 "@@ -{l},3 +{l},3 @@\n fn helper_{i}() {{\n-    old_body_{i}();\n+    new_body_{i}();\n",
@@ -52,9 +56,9 @@ fn edit_call() -> ToolCallState {
 /// streamed in (no arguments yet), then refined as the argument fields
 /// complete: the title and location with `path`, the raw input with
 /// `diff`. Otherwise announced whole, arguments and all.
-fn running_edit(complete: bool, early: bool, now: Instant) -> (ToolCallTracker, u64) {
+fn running_edit(complete: bool, early: bool, hunks: u32, now: Instant) -> (ToolCallTracker, u64) {
     let mut t = immediate(complete);
-    let whole = edit_call();
+    let whole = edit_call(hunks);
     let mut patches = Vec::new();
     if early {
         t.announce(ToolCallState::new(ID, "Edit", ToolKind::Edit))
@@ -81,7 +85,7 @@ fn running_edit(complete: bool, early: bool, now: Instant) -> (ToolCallTracker, 
 /// diff made and a raw output.
 fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
     let now = Instant::now();
-    let (mut t, mut sent) = running_edit(complete, early, now);
+    let (mut t, mut sent) = running_edit(complete, early, HUNKS, now);
     let mut send = |t: &mut ToolCallTracker, p: ToolCallPatch| {
         sent += u64::from(t.update(p, now).unwrap().is_some());
     };
@@ -99,43 +103,53 @@ fn edit_lifecycle(complete: bool, early: bool) -> (u64, u64, u64) {
                 }]),
         );
     }
-    let old: String = (0..10)
-        .map(|i| format!("fn helper_{i}() {{\n    old_body_{i}();\n}}\n"))
-        .collect();
     send(
         &mut t,
         ToolCallPatch::new(ID)
             .status(ToolCallStatus::Completed)
-            .content(vec![ToolCallContent::Diff {
-                path: PATH.into(),
-                new_text: old.replace("old_body", "new_body"),
-                old_text: Some(old),
-            }])
+            .content(vec![edit_diff(HUNKS)])
             .raw_output(json!({ "path": PATH, "hunks_applied": 10, "bytes_written": 18342 })),
     );
     let m = t.metrics();
     (m.announce_bytes, m.patch_bytes, sent)
 }
 
-/// The same call as the front doors show a tool that reports progress:
+/// The diff an edit of `hunks` hunks made, as `toolwire acp` shows it.
+fn edit_diff(hunks: u32) -> ToolCallContent {
+    let old: String = (0..hunks)
+        .map(|i| format!("fn helper_{i}() {{\n    old_body_{i}();\n}}\n"))
+        .collect();
+    ToolCallContent::Diff {
+        path: PATH.into(),
+        new_text: old.replace("old_body", "new_body"),
+        old_text: Some(old),
+    }
+}
+
+/// The call as the front doors show a tool that reports progress:
 /// announced at its name, refined by its fields, in_progress, 10 progress
 /// lines through [`ToolCallTracker::status_line`] (an MCP server's
 /// `notifications/progress`, as ACP editors and the live view get them),
-/// completed with its result text.
-fn status_line_lifecycle(complete: bool) -> (u64, u64) {
+/// completed with its result text, under the diff it made if `diff`
+/// (as `toolwire acp` ends an edit).
+fn status_line_lifecycle(complete: bool, hunks: u32, diff: bool) -> (u64, u64) {
     let now = Instant::now();
-    let (mut t, _) = running_edit(complete, true, now);
+    let (mut t, _) = running_edit(complete, true, hunks, now);
     let id = ToolCallId::from(ID);
     for i in 1..=10u32 {
         let line = format!("{i}/10 ({}%): applying hunk {i}", 10 * i);
         t.status_line(&id, &line, now).unwrap();
     }
+    let result = ToolCallContent::text(format!("applied {hunks} hunks to `{PATH}`"));
+    let content = if diff {
+        vec![edit_diff(hunks), result]
+    } else {
+        vec![result]
+    };
     t.update(
         ToolCallPatch::new(ID)
             .status(ToolCallStatus::Completed)
-            .content(vec![ToolCallContent::text(format!(
-                "applied 10 hunks to `{PATH}`"
-            ))]),
+            .content(content),
         now,
     )
     .unwrap();
@@ -218,7 +232,7 @@ fn fewer(partial: u64, complete: u64) -> f64 {
 fn report_bytes(_: &mut Criterion) {
     // (a) status only.
     let mut t = immediate(false);
-    t.announce(edit_call()).unwrap();
+    t.announce(edit_call(HUNKS)).unwrap();
     let patch = t
         .update(
             ToolCallPatch::new(ID).status(ToolCallStatus::InProgress),
@@ -251,14 +265,37 @@ fn report_bytes(_: &mut Criterion) {
             fewer(announce + partial, announce + complete),
         );
     }
-    let (announce, partial) = status_line_lifecycle(false);
-    let (_, complete) = status_line_lifecycle(true);
+    let (announce, partial) = status_line_lifecycle(false, HUNKS, false);
+    let (_, complete) = status_line_lifecycle(true, HUNKS, false);
     println!(
         "(b) the same call with 10 progress lines (status_line) and completed with its result \
          text: {} vs {} B = {:.1}% fewer counting the announce",
         announce + partial,
         announce + complete,
         fewer(announce + partial, announce + complete),
+    );
+    // What complete objects repeat is the input; what every update adds
+    // is its own: the ratio follows the input's size.
+    let by_size: Vec<String> = [3, HUNKS, 40]
+        .into_iter()
+        .map(|hunks| {
+            let ratio = |diff| {
+                let (a, p) = status_line_lifecycle(false, hunks, diff);
+                let (_, c) = status_line_lifecycle(true, hunks, diff);
+                fewer(a + p, a + c)
+            };
+            let input = serde_json::to_string(&edit_call(hunks).raw_input).unwrap();
+            format!(
+                "{} B input: {:.1}% ({:.1}% with the diff shown at the end)",
+                input.len(),
+                ratio(false),
+                ratio(true)
+            )
+        })
+        .collect();
+    println!(
+        "    status-line lifecycle by input size: {}",
+        by_size.join("; ")
     );
     for appended in [false, true] {
         let (announce, partial) = command_lifecycle(false, appended);
@@ -295,7 +332,7 @@ fn report_bytes(_: &mut Criterion) {
 }
 
 fn change_detection(c: &mut Criterion) {
-    let before = edit_call();
+    let before = edit_call(HUNKS);
     let mut after = before.clone();
     after.content = vec![ToolCallContent::text("applying hunk 3 of 10")];
     c.bench_function("diff two states (content changed)", |b| {
@@ -309,7 +346,7 @@ fn change_detection(c: &mut Criterion) {
         vec![ToolCallContent::text("applying hunk 4 of 10")],
     ];
     let mut t = immediate(false);
-    t.announce(edit_call()).unwrap();
+    t.announce(edit_call(HUNKS)).unwrap();
     let now = Instant::now();
     let mut i = 0usize;
     c.bench_function("update with one field changed", |b| {
@@ -330,7 +367,7 @@ fn change_detection(c: &mut Criterion) {
         b.iter_batched_ref(
             || {
                 let mut t = ToolCallTracker::new(TrackerConfig::coalescing());
-                t.announce(edit_call()).unwrap();
+                t.announce(edit_call(HUNKS)).unwrap();
                 t
             },
             |t| {
