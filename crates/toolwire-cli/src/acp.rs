@@ -64,5 +64,6 @@ pub async fn run(args: &AcpArgs) -> Result<ExitCode> {
         ..settings.acp.clone()
     };
     toolwire_acp::serve_stdio(running.engine.clone(), acp).await?;
+    running.stop().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -87,6 +87,7 @@ pub async fn run(args: &ChatArgs) -> Result<ExitCode> {
     }
     // Leave no turn half-done behind us.
     chat.engine.cancel(chat.conversation());
+    running.stop().await;
     Ok(ExitCode::SUCCESS)
 }
 

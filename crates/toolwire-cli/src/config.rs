@@ -510,6 +510,16 @@ impl Running {
     pub fn watching(&self) -> Option<&Path> {
         self.watcher.as_ref().map(WatchHandle::root)
     }
+
+    /// Stops watching, then writes the notifications still pending to the
+    /// store (the engine keeps them as they change; this catches the last
+    /// changes), so that the next start delivers them.
+    pub async fn stop(self) {
+        drop(self.watcher);
+        if let Err(e) = self.engine.keep_notifications().await {
+            tracing::warn!(error = %e, "pending notifications could not be kept in the store");
+        }
+    }
 }
 
 #[cfg(test)]

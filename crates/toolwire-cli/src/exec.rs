@@ -59,6 +59,7 @@ pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
         }
     }
     let outcome = handle.wait().await;
+    running.stop().await;
     if !args.json {
         eprintln!("conversation {conversation}");
     }

@@ -58,6 +58,7 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     }
     let state = AppState::new(engine, server);
     toolwire_server::serve(listener, state, shutdown_signal()).await?;
+    running.stop().await;
     eprintln!("toolwire: stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -427,6 +427,35 @@ impl NotificationQueue {
         }
     }
 
+    /// Everything waiting, as it would show now (lines in arrival order,
+    /// not capped; the dropped counts): what to keep so that the queue can
+    /// be rebuilt elsewhere with [`restore`](Self::restore). `None` when
+    /// [empty](Self::is_empty). The rate limits are not kept: they are
+    /// about the sources' recent past, not what they said.
+    pub fn snapshot(&self) -> Option<Batch> {
+        if self.is_empty() {
+            return None;
+        }
+        // `lines` keeps arrival order between drains.
+        Some(Batch {
+            notices: self
+                .lines
+                .iter()
+                .map(|l| Notice {
+                    source: l.source.clone(),
+                    priority: l.priority,
+                    text: l.text(),
+                })
+                .collect(),
+            more_pending: 0,
+            dropped: self
+                .dropped
+                .iter()
+                .map(|(source, n)| (source.clone(), *n))
+                .collect(),
+        })
+    }
+
     fn take_token(&mut self, source: &str, now: Instant) -> bool {
         let (burst, rate) = (f64::from(self.config.burst.max(1)), self.config.per_second);
         let mut key = source;

@@ -329,3 +329,47 @@ fn a_batch_put_back_comes_again_first_and_whole() {
     assert!(rest.dropped.is_empty(), "counts are owed once");
     assert!(q.drain().is_none());
 }
+
+#[test]
+fn a_snapshot_rebuilds_the_queue_elsewhere() {
+    let config = NotifyConfig {
+        burst: 2,
+        per_second: 0.001,
+        max_lines: 3,
+        ..NotifyConfig::default()
+    };
+    let mut q = NotificationQueue::new(config.clone());
+    assert!(q.snapshot().is_none(), "nothing to keep");
+    let t = Instant::now();
+    q.push(
+        Incoming::file("file_watcher", "src/a.rs", FileChange::Modified),
+        t,
+    );
+    q.push(
+        Incoming::file("file_watcher", "src/b.rs", FileChange::Created),
+        t + Duration::from_millis(500),
+    );
+    q.push(text("ci", "build failed"), t + Duration::from_secs(10));
+    q.push(
+        Incoming::text("user", Priority::High, "stop touching b.rs"),
+        t + Duration::from_secs(20),
+    );
+    q.push(text("task", "task 1 finished"), t + Duration::from_secs(30));
+    for i in 0..3 {
+        q.push(text("ci", "again"), t + Duration::from_secs(40 + i));
+    }
+    let kept = q.snapshot().unwrap();
+    assert_eq!(kept.notices.len(), 5, "every line, not capped");
+    assert_eq!(kept.dropped, [("ci".to_owned(), 2)]);
+
+    // Another process rebuilds it and shows what this one would have.
+    let mut there = NotificationQueue::new(config);
+    there.restore(kept, Instant::now());
+    loop {
+        let (here, rebuilt) = (q.drain(), there.drain());
+        assert_eq!(here, rebuilt);
+        if here.is_none() {
+            break;
+        }
+    }
+}

@@ -315,6 +315,9 @@ impl Store for Counting {
         )
         .await
     }
+    async fn instance(&self, id: InstanceId) -> R<Option<InstanceRecord>> {
+        self.time("instance", self.inner.instance(id)).await
+    }
     async fn heartbeat_instance(&self, id: InstanceId) -> R<()> {
         self.time("heartbeat_instance", self.inner.heartbeat_instance(id))
             .await
@@ -365,6 +368,14 @@ impl Store for Counting {
     }
     async fn delete_document(&self, kind: &str, id: &str) -> R<bool> {
         self.time("delete_document", self.inner.delete_document(kind, id))
+            .await
+    }
+    async fn write_documents(
+        &self,
+        kind: &str,
+        changes: &[(String, Option<serde_json::Value>)],
+    ) -> R<()> {
+        self.time("write_documents", self.inner.write_documents(kind, changes))
             .await
     }
     async fn messages(&self, c: ConversationId) -> R<Vec<Message>> {

@@ -19,6 +19,7 @@ use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
 use crate::follow::Follower;
 use crate::instance::{self, Registration};
+use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
 use crate::provider::Provider;
 use crate::remembered::Remembered;
@@ -184,7 +185,7 @@ pub(crate) struct Inner {
     pub(crate) tools: ToolRegistry,
     pub(crate) config: EngineConfig,
     pub(crate) bus: EventBus,
-    pub(crate) notifications: Hub,
+    pub(crate) notifications: Arc<Hub>,
     pub(crate) active: Mutex<HashMap<ConversationId, ActiveTurn>>,
     /// Each conversation's options, for the turns the engine starts itself.
     remembered: Remembered,
@@ -194,6 +195,8 @@ pub(crate) struct Inner {
     /// Given to every tool call: notifications sent after the call (a
     /// background task's end) reach [`Engine::notify`].
     pub(crate) notifier: Notifier,
+    /// Keeps `notifications` in the store as they change.
+    _keeper: Keeper,
 }
 
 /// The engine as a tool's [`NotificationSink`]: a weak reference, so that
@@ -249,20 +252,41 @@ impl Engine {
             config.stale_owner_after,
         )
         .await?;
-        Ok(Engine {
-            inner: Arc::new_cyclic(|weak| Inner {
-                store,
-                provider,
-                tools,
-                config,
-                bus,
-                notifications: Hub::default(),
-                active: Mutex::new(HashMap::new()),
-                remembered: Remembered::default(),
-                instance,
-                notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
-            }),
-        })
+        let notifications = Arc::new(Hub::default());
+        if config.notifications.enabled {
+            keep::take_over(
+                store.as_ref(),
+                &notifications,
+                &config.notifications.queue,
+                instance.record(),
+                config.stale_owner_after,
+            )
+            .await?;
+        }
+        let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
+        let inner = Arc::new_cyclic(|weak| Inner {
+            store,
+            provider,
+            tools,
+            config,
+            bus,
+            notifications,
+            active: Mutex::new(HashMap::new()),
+            remembered: Remembered::default(),
+            instance,
+            notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
+            _keeper: keeper,
+        });
+        Ok(Engine { inner })
+    }
+
+    /// Writes to the store what changed in the pending notifications and
+    /// is not kept yet (the engine does so on its own as they change;
+    /// call this before the process exits).
+    pub async fn keep_notifications(&self) -> Result<(), EngineError> {
+        let me = self.inner.instance.record().id;
+        keep::flush(self.inner.store.as_ref(), &self.inner.notifications, me).await?;
+        Ok(())
     }
 
     /// This engine's instance as the store knows it: the owner of the runs

@@ -174,6 +174,17 @@ pub(crate) fn judge(
     Owner::Alive
 }
 
+/// [`judge`] with this process's live engines and its host's processes.
+pub(crate) fn judge_here(
+    owner: Option<&InstanceRecord>,
+    me: &InstanceRecord,
+    now: DateTime<Utc>,
+    stale_after: Duration,
+) -> Owner {
+    let live = |id| live_here().contains(&id);
+    judge(owner, me, now, stale_after, live, process_alive)
+}
+
 /// Interrupts the unfinished runs whose owner is gone, each with a
 /// `stopped` event, and leaves the others to their owners; then forgets
 /// instances long silent. Returns the runs it interrupted.
@@ -187,8 +198,7 @@ pub(crate) async fn interrupt_orphaned_runs(
     let mut interrupted = Vec::new();
     for unfinished in store.unfinished_runs().await? {
         let UnfinishedRun { run, owner } = &unfinished;
-        let live = |id| live_here().contains(&id);
-        let why = match judge(owner.as_ref(), me, now, stale_after, live, process_alive) {
+        let why = match judge_here(owner.as_ref(), me, now, stale_after) {
             Owner::Alive => {
                 tracing::debug!(run = %run.id, owner = ?run.owner, "an unfinished turn's owner is alive; leaving it");
                 continue;

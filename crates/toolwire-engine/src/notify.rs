@@ -1,10 +1,15 @@
 //! Notifications in the engine: one queue per conversation (the pure
 //! queue of `toolwire_core::notification`), filled by sources (the file
 //! watcher, background tasks, clients, reminder-mode interjections) and
-//! drained when a tool completes, or when the next turn starts.
+//! drained when a tool completes, or when the next turn starts. A drained
+//! batch stays the hub's until the message carrying it is stored
+//! ([`Hub::delivered`]) or it is put back ([`Hub::restore`]); what waits,
+//! taken or not, is kept in the store as it changes ([`keep`]).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+pub(crate) mod keep;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use toolwire_core::{Batch, ConversationId, Incoming, NotificationQueue, NotifyConfig};
@@ -84,6 +89,13 @@ pub(crate) struct Hub {
     /// Conversations that got a waking notification while a turn ran: the
     /// turn's end wakes them if it did not deliver it.
     deferred: Mutex<HashSet<ConversationId>>,
+    /// Conversations whose pending notifications changed since they were
+    /// last kept in the store, and the signal that some did.
+    changed: Mutex<HashSet<ConversationId>>,
+    signal: Arc<tokio::sync::Notify>,
+    /// Held while writing to the store, so that an older picture of a
+    /// conversation's queue never lands after a newer one.
+    keeping: tokio::sync::Mutex<()>,
 }
 
 /// Conversations with the tick each was last touched at.
@@ -130,10 +142,24 @@ impl Recent {
 #[derive(Debug, Default)]
 struct Queues {
     by_conversation: HashMap<ConversationId, NotificationQueue>,
+    /// Batches drained and not yet stored on a message, oldest first.
+    taken: HashMap<ConversationId, Vec<Batch>>,
     recent: Recent,
 }
 
 impl Queues {
+    /// Forgets `batch` among those taken for `conversation`.
+    fn settle(&mut self, conversation: ConversationId, batch: &Batch) {
+        if let Some(taken) = self.taken.get_mut(&conversation) {
+            if let Some(at) = taken.iter().position(|b| b == batch) {
+                taken.remove(at);
+            }
+            if taken.is_empty() {
+                self.taken.remove(&conversation);
+            }
+        }
+    }
+
     /// The queue of `conversation` (a new one if it has none), marked as
     /// used now.
     fn used(
@@ -160,6 +186,7 @@ impl Hub {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         let queues = &mut *queues;
         let admission = queues.used(config, conversation).push(event, now);
+        self.changed(conversation);
         let by_conversation = &queues.by_conversation;
         let trimmed = queues.recent.trim(QUEUES_MAX, |c| {
             by_conversation.get(c).is_none_or(|q| q.is_empty())
@@ -171,15 +198,31 @@ impl Hub {
         admission
     }
 
-    /// The next block for `conversation`, if anything waits.
+    /// The next block for `conversation`, if anything waits: taken, until
+    /// [`Hub::delivered`] or [`Hub::restore`] says what became of it.
     pub(crate) fn drain(&self, conversation: ConversationId) -> Option<Batch> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         // The queue stays, empty: its rate-limit buckets must outlive a
         // drain, or a storm would get a fresh burst after every block.
-        queues.by_conversation.get_mut(&conversation)?.drain()
+        let batch = queues.by_conversation.get_mut(&conversation)?.drain()?;
+        queues
+            .taken
+            .entry(conversation)
+            .or_default()
+            .push(batch.clone());
+        Some(batch)
     }
 
-    /// Puts back `batch`, drained for `conversation` but not delivered.
+    /// `batch`, drained for `conversation`, is stored on a message: it no
+    /// longer waits anywhere.
+    pub(crate) fn delivered(&self, conversation: ConversationId, batch: &Batch) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.settle(conversation, batch);
+        self.changed(conversation);
+    }
+
+    /// Puts back `batch`, drained for `conversation` but not delivered (or
+    /// kept by an engine that is gone), first in line.
     pub(crate) fn restore(
         &self,
         config: &NotifyConfig,
@@ -188,7 +231,47 @@ impl Hub {
     ) {
         let now = tokio::time::Instant::now().into_std();
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.settle(conversation, &batch);
         queues.used(config, conversation).restore(batch, now);
+        self.changed(conversation);
+    }
+
+    /// Everything that waits for `conversation`, as one batch to keep:
+    /// the batches taken and not yet stored, then the queue.
+    pub(crate) fn snapshot(&self, conversation: ConversationId) -> Option<Batch> {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = queues.taken.get(&conversation).into_iter().flatten();
+        let queued = queues
+            .by_conversation
+            .get(&conversation)
+            .and_then(NotificationQueue::snapshot);
+        let mut notices = Vec::new();
+        let mut dropped: BTreeMap<String, u64> = BTreeMap::new();
+        for batch in taken.chain(queued.as_ref()) {
+            notices.extend(batch.notices.iter().cloned());
+            for (source, n) in &batch.dropped {
+                *dropped.entry(source.clone()).or_default() += n;
+            }
+        }
+        (!notices.is_empty() || !dropped.is_empty()).then(|| Batch {
+            notices,
+            more_pending: 0,
+            dropped: dropped.into_iter().collect(),
+        })
+    }
+
+    /// Notes that what waits for `conversation` changed.
+    fn changed(&self, conversation: ConversationId) {
+        self.changed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conversation);
+        self.signal.notify_one();
+    }
+
+    /// The conversations changed since last asked.
+    fn take_changed(&self) -> HashSet<ConversationId> {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Whether anything waits for `conversation`.
@@ -392,6 +475,41 @@ mod tests {
         assert!(hub.schedule_wake(conv));
     }
 
+    /// What is kept of a conversation's notifications: those queued and
+    /// those taken for a message not stored yet, until it is.
+    #[tokio::test]
+    async fn a_taken_batch_is_kept_until_its_message_is_stored() {
+        let (hub, config, conv) = (
+            Hub::default(),
+            NotifyConfig::default(),
+            ConversationId::new(),
+        );
+        assert!(hub.snapshot(conv).is_none());
+        hub.push(
+            &config,
+            conv,
+            Incoming::text("ci", Priority::Normal, "first"),
+        );
+        assert_eq!(hub.take_changed(), HashSet::from([conv]));
+        let taken = hub.drain(conv).unwrap();
+        hub.push(
+            &config,
+            conv,
+            Incoming::text("task", Priority::Normal, "second"),
+        );
+        assert_eq!(texts(&hub.snapshot(conv).unwrap()), ["first", "second"]);
+
+        // Not stored: put back, and still kept.
+        hub.restore(&config, conv, taken);
+        assert_eq!(texts(&hub.snapshot(conv).unwrap()), ["first", "second"]);
+        let taken = hub.drain(conv).unwrap();
+        assert_eq!(texts(&taken), ["first", "second"]);
+        hub.take_changed();
+        hub.delivered(conv, &taken);
+        assert_eq!(hub.take_changed(), HashSet::from([conv]), "to be written");
+        assert!(hub.snapshot(conv).is_none(), "nothing left to keep");
+    }
+
     /// A long-running engine forgets the conversations it worked on
     /// longest ago, and the empty queues touched longest ago, but never a
     /// queue with something waiting.
@@ -410,7 +528,8 @@ mod tests {
             latest = ConversationId::new();
             hub.attach(latest);
             hub.push(&config, latest, Incoming::text("ci", Priority::Normal, "x"));
-            hub.drain(latest);
+            let batch = hub.drain(latest).unwrap();
+            hub.delivered(latest, &batch);
         }
         let attached = hub.attached();
         assert!(attached.len() <= ATTACHED_MAX, "{}", attached.len());

@@ -990,9 +990,10 @@ impl Turn<'_> {
         }
     }
 
-    /// Stores `message` with `events`. If that fails, the notifications
-    /// `batch` it carried wait again for the next message: taken from the
-    /// queue is not delivered until stored.
+    /// Stores `message` with `events`; the notifications `batch` it
+    /// carries are then delivered. If storing fails, they wait again for
+    /// the next message: taken from the queue is not delivered until
+    /// stored.
     async fn store_carrying(
         &self,
         message: &Message,
@@ -1000,15 +1001,24 @@ impl Turn<'_> {
         batch: Option<Batch>,
     ) -> Result<(), Stop> {
         let stored = self.inner.bus.store_message(message, events).await;
-        if stored.is_err()
-            && let Some(batch) = batch
-        {
-            let queue = &self.inner.config.notifications.queue;
-            self.inner
-                .notifications
-                .restore(queue, self.conversation, batch);
+        if let Some(batch) = batch {
+            match stored {
+                Ok(()) => self
+                    .inner
+                    .notifications
+                    .delivered(self.conversation, &batch),
+                Err(_) => self.put_back(batch),
+            }
         }
         Ok(stored?)
+    }
+
+    /// Puts back notifications taken for a message that was not stored.
+    fn put_back(&self, batch: Batch) {
+        let queue = &self.inner.config.notifications.queue;
+        self.inner
+            .notifications
+            .restore(queue, self.conversation, batch);
     }
 
     /// In [`InjectionMode::SyntheticTool`], what waits after the step's
@@ -1033,8 +1043,11 @@ impl Turn<'_> {
                 arguments: serde_json::json!({}),
             }],
         );
-        self.store_carrying(&call, Vec::new(), Some(batch.clone()))
-            .await?;
+        // The call does not carry them yet: its result does.
+        if let Err(e) = self.inner.bus.store_message(&call, Vec::new()).await {
+            self.put_back(batch);
+            return Err(e.into());
+        }
         let mut content = vec![ContentBlock::ToolResult {
             tool_use_id: call_id,
             content: String::new(),

@@ -360,3 +360,95 @@ async fn a_batch_whose_message_cannot_be_stored_waits_for_the_next() {
     assert_eq!(last["content"], format!("again\n\n{BLOCK}"));
     assert!(!engine.has_pending_notifications(conv));
 }
+
+/// The pending notifications kept in `store`, as (owner, texts) pairs.
+async fn kept(store: &dyn toolwire_store::Store) -> Vec<(String, Vec<String>)> {
+    let mut kept: Vec<(String, Vec<String>)> = store
+        .documents("pending_notifications")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| {
+            let texts = d.body["notices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["text"].as_str().unwrap().to_owned())
+                .collect();
+            (d.body["instance"].as_str().unwrap().to_owned(), texts)
+        })
+        .collect();
+    kept.sort();
+    kept
+}
+
+/// Polls `store` until what is kept is `want` (the engine writes in the
+/// background); fails after 10 s.
+async fn kept_becomes(store: &dyn toolwire_store::Store, want: Vec<(String, Vec<String>)>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = kept(store).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kept {now:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Notifications waiting when an engine goes are not lost: the engine
+/// keeps them in the store as they change (nobody asks it to), an engine
+/// started while it lives leaves them alone, and the next engine on the
+/// database once it is gone takes them over and delivers them.
+#[tokio::test]
+async fn pending_notifications_outlive_their_engine() {
+    let (store, dir) = sqlite_store().await;
+    let (provider, config) = scripted(NotificationSettings::default());
+    let start = |store: Arc<dyn toolwire_store::Store>| {
+        let (provider, config) = (provider.clone(), config.clone());
+        async move {
+            Engine::start(store, provider, echo_tools(&[], Duration::ZERO), config)
+                .await
+                .unwrap()
+        }
+    };
+    let first = start(store.clone()).await;
+    let conv = first.create_conversation(None).await.unwrap().id;
+    for text in ["build finished (exit 0)", "deploy finished"] {
+        first
+            .notify(
+                conv,
+                Incoming::text("background_task", Priority::Normal, text),
+            )
+            .await
+            .unwrap();
+    }
+    let first_id = first.instance().id.to_string();
+    let both = vec!["build finished (exit 0); deploy finished".to_owned()];
+    kept_becomes(store.as_ref(), vec![(first_id.clone(), both.clone())]).await;
+
+    let alongside = start(store.clone()).await;
+    assert!(
+        !alongside.has_pending_notifications(conv),
+        "its owner is alive"
+    );
+    drop(alongside);
+    drop(first);
+
+    // Another process on the same file.
+    let url = format!("sqlite://{}", dir.path().join("test.db").display());
+    let reopened = toolwire_store::open(&url).await.unwrap();
+    let next = start(reopened.clone()).await;
+    assert!(next.has_pending_notifications(conv));
+    assert_eq!(
+        kept(reopened.as_ref()).await,
+        vec![(next.instance().id.to_string(), both.clone())],
+        "kept as the new owner's, the old one's gone"
+    );
+    next.run(conv, "status?").await.unwrap();
+    assert_eq!(user_notifications(&next, conv).await, both);
+    kept_becomes(reopened.as_ref(), Vec::new()).await;
+}

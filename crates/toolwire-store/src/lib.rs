@@ -204,6 +204,10 @@ pub trait Store: Send + Sync + 'static {
         pid: u32,
     ) -> Result<InstanceRecord>;
 
+    /// Instance `id` as last heard from; `None` if it never registered or
+    /// has been forgotten.
+    async fn instance(&self, id: InstanceId) -> Result<Option<InstanceRecord>>;
+
     /// Records that instance `id` is still alive;
     /// [`StoreError::InstanceNotFound`] once it has been forgotten.
     async fn heartbeat_instance(&self, id: InstanceId) -> Result<()>;
@@ -273,6 +277,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes document `(kind, id)`; says whether it was there.
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool>;
+
+    /// Stores (`Some` body) or removes (`None`) documents of `kind`, all in
+    /// one transaction.
+    async fn write_documents(
+        &self,
+        kind: &str,
+        changes: &[(String, Option<serde_json::Value>)],
+    ) -> Result<()>;
 
     /// Every message of the conversation (the whole tree), in the order
     /// they were stored.

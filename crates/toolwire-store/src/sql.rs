@@ -97,6 +97,12 @@ pub(crate) const REGISTER_INSTANCE: &str = concat!(
     instance_columns!()
 );
 
+pub(crate) const SELECT_INSTANCE: &str = concat!(
+    "SELECT ",
+    instance_columns!(),
+    " FROM instances WHERE id = $1"
+);
+
 pub(crate) const HEARTBEAT_INSTANCE: &str = "UPDATE instances SET heartbeat_at = $2 WHERE id = $1";
 
 /// An instance that still owns an unfinished run is kept: the run's owner
@@ -221,7 +227,8 @@ macro_rules! impl_store {
             INSERT_CONVERSATION, PUT_DOCUMENT,
             INSERT_EVENT, INSERT_MESSAGE, INTERRUPT_RUN, MESSAGE_CONVERSATION, MESSAGE_PLACE,
             SELECT_CONVERSATION, SET_ACTIVE_LEAF, START_RUN, TAKE_EVENT_SEQS, UPDATE_MESSAGE,
-            FORGET_INSTANCES, HEARTBEAT_INSTANCE, REGISTER_INSTANCE, RUN_EXISTS, UNFINISHED_RUNS,
+            FORGET_INSTANCES, HEARTBEAT_INSTANCE, REGISTER_INSTANCE, RUN_EXISTS, SELECT_INSTANCE,
+            UNFINISHED_RUNS,
         };
         use $crate::{
             ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError,
@@ -620,6 +627,15 @@ macro_rules! impl_store {
                     .try_into()
             }
 
+            async fn instance(&self, id: InstanceId) -> Result<Option<InstanceRecord>> {
+                sqlx::query_as::<_, InstanceRow>(SELECT_INSTANCE)
+                    .bind(id.0)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .map(InstanceRecord::try_from)
+                    .transpose()
+            }
+
             async fn heartbeat_instance(&self, id: InstanceId) -> Result<()> {
                 $(if let Some(own) = &self.$own {
                     return own.heartbeat_instance(id).await;
@@ -834,6 +850,36 @@ macro_rules! impl_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(deleted.rows_affected() > 0)
+            }
+
+            async fn write_documents(
+                &self,
+                kind: &str,
+                changes: &[(String, Option<serde_json::Value>)],
+            ) -> Result<()> {
+                $(if let Some(own) = &self.$own {
+                    return own.write_documents(kind, changes).await;
+                })?
+                let mut tx = self.write().await?;
+                let now = Ts::now();
+                for (id, body) in changes {
+                    match body {
+                        Some(body) => sqlx::query(PUT_DOCUMENT)
+                            .bind(kind)
+                            .bind(id)
+                            .bind(sqlx::types::Json(body))
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?,
+                        None => sqlx::query(DELETE_DOCUMENT)
+                            .bind(kind)
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await?,
+                    };
+                }
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>> {

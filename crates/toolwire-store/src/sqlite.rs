@@ -941,6 +941,33 @@ mod writer {
             .await
         }
 
+        pub(in crate::sqlite) async fn write_documents(
+            self: &Arc<Self>,
+            kind: &str,
+            changes: &[(String, Option<serde_json::Value>)],
+        ) -> Result<()> {
+            let kind = kind.to_owned();
+            let changes: Vec<(String, Option<String>)> = changes
+                .iter()
+                .map(|(id, body)| (id.clone(), body.as_ref().map(|b| b.to_string())))
+                .collect();
+            let now = Ts::now().0.timestamp_micros();
+            self.write(move |tx| {
+                for (id, body) in &changes {
+                    match body {
+                        Some(body) => tx
+                            .prepare_cached(sql::PUT_DOCUMENT)?
+                            .execute(numbered(&[&kind, id, body, &now]).as_slice())?,
+                        None => tx
+                            .prepare_cached(sql::DELETE_DOCUMENT)?
+                            .execute(numbered(&[&kind, id]).as_slice())?,
+                    };
+                }
+                Ok(())
+            })
+            .await
+        }
+
         pub(in crate::sqlite) async fn create_conversation(
             self: &Arc<Self>,
             system_prompt: &str,

@@ -667,6 +667,8 @@ pub async fn instances_register_beat_and_are_forgotten(db: Db) {
     let owner = s.unfinished_runs().await.unwrap()[0].owner.clone().unwrap();
     assert_eq!((owner.started_at, owner.pid), (first.started_at, 1));
     assert!(owner.heartbeat_at > first.heartbeat_at);
+    assert_eq!(s.instance(busy).await.unwrap(), Some(owner));
+    assert_eq!(s.instance(InstanceId::new()).await.unwrap(), None);
 
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let cutoff = now();
@@ -681,6 +683,7 @@ pub async fn instances_register_beat_and_are_forgotten(db: Db) {
         "{err:?}"
     );
     s.heartbeat_instance(fresh).await.unwrap();
+    assert_eq!(s.instance(idle).await.unwrap(), None, "forgotten");
 
     s.finish_run(run, StopReason::EndTurn, None).await.unwrap();
     assert_eq!(s.forget_instances(cutoff).await.unwrap(), 1);
@@ -985,6 +988,43 @@ pub async fn documents_are_kept_by_kind(db: Db) {
         store.document("tool", "a1").await.unwrap().unwrap().body,
         serde_json::json!("same id, other kind")
     );
+
+    // Several at once: stored, replaced and removed in one transaction.
+    let body = |n: i32| serde_json::json!({ "n": n });
+    store
+        .write_documents(
+            "agent",
+            &[
+                ("a2".into(), Some(body(2))),
+                ("a3".into(), Some(body(3))),
+                ("never-there".into(), None),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .write_documents(
+            "agent",
+            &[("a2".into(), None), ("a3".into(), Some(body(33)))],
+        )
+        .await
+        .unwrap();
+    let listed: Vec<(String, serde_json::Value)> = db
+        .reopen()
+        .await
+        .documents("agent")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.id, d.body))
+        .collect();
+    assert_eq!(listed, [("a3".to_owned(), body(33))]);
+    assert_eq!(
+        store.documents("tool").await.unwrap().len(),
+        1,
+        "only its kind"
+    );
+    store.write_documents("agent", &[]).await.unwrap();
 }
 
 pub async fn messages_are_the_whole_tree(db: Db) {
