@@ -268,7 +268,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores `body` as document `(kind, id)`, replacing one there (which
     /// keeps its `created_at`).
-    async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> Result<()>;
+    async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> Result<()> {
+        self.write_documents(kind, &[(id.to_owned(), Some(body.clone()))])
+            .await
+    }
 
     async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>>;
 

@@ -214,8 +214,8 @@ pub(crate) fn forked(
 /// (`create_conversation`, `append_with_events`, `update`,
 /// `set_active_leaf`, `fork`, `register_instance`, `heartbeat_instance`,
 /// `forget_instances`, `start_run`, `finish_run`, `interrupt_run`,
-/// `append_events`), those go there when it is `Some`, and through sqlx
-/// otherwise.
+/// `append_events`, `write_documents`, `delete_document`), those go there
+/// when it is `Some`, and through sqlx otherwise.
 macro_rules! impl_store {
     ($store:ident, $db:ty, begin_write = $begin:literal $(, own_writes = $own:ident)?) => {
         use $crate::rows::{
@@ -793,25 +793,6 @@ macro_rules! impl_store {
                     .into_iter()
                     .map(|e| e.into_event(conversation))
                     .collect()
-            }
-
-            async fn put_document(
-                &self,
-                kind: &str,
-                id: &str,
-                body: &serde_json::Value,
-            ) -> Result<()> {
-                $(if let Some(own) = &self.$own {
-                    return own.put_document(kind, id, body).await;
-                })?
-                sqlx::query(PUT_DOCUMENT)
-                    .bind(kind)
-                    .bind(id)
-                    .bind(sqlx::types::Json(body))
-                    .bind(Ts::now())
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
             }
 
             async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>> {

@@ -910,22 +910,6 @@ mod writer {
             .await
         }
 
-        pub(in crate::sqlite) async fn put_document(
-            self: &Arc<Self>,
-            kind: &str,
-            id: &str,
-            body: &serde_json::Value,
-        ) -> Result<()> {
-            let (kind, id, body) = (kind.to_owned(), id.to_owned(), body.to_string());
-            let now = Ts::now().0.timestamp_micros();
-            self.write(move |tx| {
-                tx.prepare_cached(sql::PUT_DOCUMENT)?
-                    .execute(numbered(&[&kind, &id, &body, &now]).as_slice())?;
-                Ok(())
-            })
-            .await
-        }
-
         pub(in crate::sqlite) async fn delete_document(
             self: &Arc<Self>,
             kind: &str,

@@ -14,6 +14,7 @@
 //! there, or two engines starting at once, may deliver a notification
 //! twice, never lose it.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -106,6 +107,8 @@ pub(crate) async fn take_over(
 ) -> Result<usize, StoreError> {
     let now = chrono::Utc::now();
     let mut taken = Vec::new();
+    // A gone engine may have kept many conversations': judged once.
+    let mut judged: HashMap<InstanceId, Owner> = HashMap::new();
     for document in store.documents(KIND).await? {
         let kept: Kept = match serde_json::from_value(document.body) {
             Ok(kept) => kept,
@@ -117,8 +120,16 @@ pub(crate) async fn take_over(
         if kept.instance == me.id {
             continue;
         }
-        let owner = store.instance(kept.instance).await?;
-        if instance::judge_here(owner.as_ref(), me, now, stale_after) == Owner::Alive {
+        let owner = match judged.get(&kept.instance) {
+            Some(owner) => *owner,
+            None => {
+                let record = store.instance(kept.instance).await?;
+                let owner = instance::judge_here(record.as_ref(), me, now, stale_after);
+                judged.insert(kept.instance, owner);
+                owner
+            }
+        };
+        if owner == Owner::Alive {
             continue;
         }
         let conversation = kept.conversation;
