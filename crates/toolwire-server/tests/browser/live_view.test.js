@@ -179,6 +179,9 @@ test('editing a message makes a sibling; the arrows switch between them; a reloa
   const user = page.locator('#messages > li[data-role="user"]').first();
   assert.equal(await user.locator('.sib-pos').count(), 0, 'no arrows before there is a sibling');
   await user.locator('button.edit').click();
+  // The page puts the caret at the end of the old text just after it
+  // shows the box: filling before that would type after the old text.
+  await page.waitForFunction(() => document.activeElement?.classList.contains('edit-text'));
   await page.locator('.edit-text').fill('the second question');
   await page.locator('button.edit-save').click();
   await page.locator('#messages > li[data-role="user"] .sib-pos', { hasText: '2/2' }).waitFor();
