@@ -2409,6 +2409,28 @@ async fn settles_to<T: PartialEq>(count: impl Fn() -> T, want: T) -> T {
     count()
 }
 
+/// `toolwire acp` playing `script` with at most one session open, `allow`
+/// (tool names) run without asking, its log in `agent.log`: the process,
+/// its transport and the log's path.
+fn spawn_one_open(
+    dirs: &Dirs,
+    script: &Path,
+    allow: &[&str],
+) -> (AgentProcess, Transport, PathBuf) {
+    let mut toml = "[acp]\nmax_open_sessions = 1\n[acp.permissions]\n".to_owned();
+    for tool in allow {
+        toml.push_str(&format!("{tool} = \"allow\"\n"));
+    }
+    let config = write_file(dirs.home(), "toolwire.toml", &toml);
+    let log = dirs.home().join("agent.log");
+    let (child, transport, _) = spawn_logging(
+        dirs.home(),
+        &scripted_config_args(script, &dirs.db(), &config),
+        Some(&log),
+    );
+    (child, transport, log)
+}
+
 #[tokio::test]
 async fn sessions_past_the_limit_are_parked_and_opened_again_by_their_next_prompt() {
     let dirs = Dirs::new();
@@ -2425,17 +2447,7 @@ steps:
   - text: "Done."
 "#,
     );
-    let config = write_file(
-        dirs.home(),
-        "toolwire.toml",
-        "[acp]\nmax_open_sessions = 1\n[acp.permissions]\nwrite_file = \"allow\"\n",
-    );
-    let log = dirs.home().join("agent.log");
-    let (child, transport, _) = spawn_logging(
-        dirs.home(),
-        &scripted_config_args(&script, &dirs.db(), &config),
-        Some(&log),
-    );
+    let (child, transport, log) = spawn_one_open(&dirs, &script, &["write_file"]);
     let pid = child.id().unwrap();
     let cwd = dirs.cwd();
     // Each session has its own stdio MCP server, when the test has one.
@@ -2488,15 +2500,7 @@ async fn a_parked_session_opens_while_the_others_prompt_and_a_cancel_while_it_op
         "script.yaml",
         "steps:\n  - text: \"an answer that streams a few bytes at a time\"\n    chunk_size: 4\n    delay_ms: 20\n",
     );
-    let config = write_file(
-        dirs.home(),
-        "toolwire.toml",
-        "[acp]\nmax_open_sessions = 1\n",
-    );
-    let (child, transport, _) = spawn_with(
-        dirs.home(),
-        &scripted_config_args(&script, &dirs.db(), &config),
-    );
+    let (child, transport, _) = spawn_one_open(&dirs, &script, &[]);
     let cwd = dirs.cwd();
     // Opening a session that has a stdio MCP server takes a moment.
     let servers = everything_stdio();
@@ -2539,17 +2543,7 @@ steps:
   - text: "It runs."
 "#,
     );
-    let config = write_file(
-        dirs.home(),
-        "toolwire.toml",
-        "[acp]\nmax_open_sessions = 1\n[acp.permissions]\nrun_command = \"allow\"\n",
-    );
-    let log = dirs.home().join("agent.log");
-    let (child, transport, _) = spawn_logging(
-        dirs.home(),
-        &scripted_config_args(&script, &dirs.db(), &config),
-        Some(&log),
-    );
+    let (child, transport, log) = spawn_one_open(&dirs, &script, &["run_command"]);
     let pid = child.id().unwrap();
     let cwd = dirs.cwd();
     let (one, two) = Editor::new()
