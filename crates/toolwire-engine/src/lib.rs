@@ -24,9 +24,11 @@ mod follow;
 mod instance;
 pub mod notify;
 pub mod provider;
+mod recover;
 mod remembered;
 pub mod tools;
 mod turn;
+mod turn_guard;
 pub mod watch;
 
 pub use bus::{Observer, Subscription};

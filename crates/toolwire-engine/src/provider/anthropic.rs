@@ -19,7 +19,6 @@ pub struct AnthropicProvider {
     settings: HttpSettings,
     model: String,
     native_tools: bool,
-    max_tokens: u32,
 }
 
 impl AnthropicProvider {
@@ -29,7 +28,6 @@ impl AnthropicProvider {
             settings,
             model: model.into(),
             native_tools,
-            max_tokens: 8192,
         }
     }
 
@@ -37,7 +35,7 @@ impl AnthropicProvider {
     pub fn body(&self, request: &ModelRequest) -> Value {
         let mut body = json!({
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.settings.max_tokens,
             "stream": true,
             "messages": messages(&request.messages),
         });
@@ -84,6 +82,7 @@ impl Provider for AnthropicProvider {
             },
             &body,
             self.settings.retry,
+            self.settings.limits,
             Box::new(AnthropicDecoder::new()),
         )
         .await
