@@ -71,7 +71,8 @@ pub(crate) async fn answer_open_calls(
     if let Some(last) = path[own_from..]
         .iter()
         .rev()
-        .find(|m| m.role == Role::Assistant && m.status == MessageStatus::Complete)
+        .find(|m| m.role == Role::Assistant)
+        .filter(|m| m.status == MessageStatus::Complete)
     {
         let mut marked = last.clone();
         marked.status = MessageStatus::Interrupted;

@@ -477,3 +477,62 @@ async fn max_tokens_is_always_sent() {
             .is_none()
     );
 }
+
+/// Credentials in the base URL reach neither the turn's error nor any
+/// stored event, whether the server answers with an error that quotes the
+/// URL or cannot be reached at all.
+#[tokio::test]
+async fn credentials_in_the_base_url_are_redacted_from_errors() {
+    let server = MockServer::start(vec![Reply::Status {
+        code: 400,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: String::new(),
+    }])
+    .await;
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    let with_secrets = format!("http://alice:s3cret@127.0.0.1:{port}/v1?key=k3y&api-version=1");
+    // The server quotes the URL it was asked for, as some proxies do.
+    let quoting = MockServer::start(vec![Reply::Status {
+        code: 400,
+        headers: Vec::new(),
+        body: format!("bad request for {with_secrets}/chat/completions"),
+    }])
+    .await;
+    let quoting_port = quoting.url.rsplit(':').next().unwrap().to_owned();
+    // A port nothing listens on: the connection is refused.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    for url in [
+        with_secrets.clone(),
+        with_secrets.replace(&port, &quoting_port),
+        with_secrets.replace(&port, &closed.to_string()),
+    ] {
+        let (engine, _dir) =
+            engine(provider(&url), echo_tools(&[], Duration::ZERO), config()).await;
+        let conv = engine.create_conversation(None).await.unwrap();
+        let outcome = engine.run(conv.id, "hello").await.unwrap();
+        assert_eq!(outcome.reason, StopReason::LlmApiError);
+        let error = outcome.error.unwrap();
+        assert!(error.contains("127.0.0.1"), "{error}");
+        let events = serde_json::to_string(
+            &engine
+                .events_since(conv.id, 0, 1000)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| &e.event)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        for secret in ["s3cret", "k3y", "alice"] {
+            assert!(!error.contains(secret), "{secret} in {error}");
+            assert!(!events.contains(secret), "{secret} in the events");
+        }
+    }
+    // The URL with its credentials was still the one asked (redaction is
+    // for what is shown, not for what is sent).
+    let asked = &server.received()[0];
+    assert!(asked.path.contains("key=k3y"), "{}", asked.path);
+}

@@ -6,7 +6,7 @@ use toolwire_core::{Message, Role};
 use toolwire_stream::AnthropicDecoder;
 
 use super::history::{Group, grouped, plain_text};
-use super::http::{HttpSettings, post_stream};
+use super::http::{HttpSettings, endpoint, post_stream};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -60,10 +60,7 @@ impl Provider for AnthropicProvider {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
-        let url = format!(
-            "{}/v1/messages",
-            self.settings.base_url.trim_end_matches('/')
-        );
+        let url = endpoint(&self.settings.base_url, "v1/messages");
         let body = self.body(request);
         post_stream(
             &url,

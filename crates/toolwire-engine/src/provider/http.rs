@@ -85,8 +85,9 @@ impl Default for StreamLimits {
     }
 }
 
-/// Where and how a provider talks HTTP.
-#[derive(Debug, Clone)]
+/// Where and how a provider talks HTTP. Its `Debug` shows the URL
+/// redacted and never the key.
+#[derive(Clone)]
 pub struct HttpSettings {
     pub base_url: String,
     pub api_key: Option<String>,
@@ -100,10 +101,39 @@ pub struct HttpSettings {
     pub max_tokens: u32,
 }
 
+impl std::fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSettings")
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .field("retry", &self.retry)
+            .field(
+                "headers",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("limits", &self.limits)
+            .field("max_tokens", &self.max_tokens)
+            .finish()
+    }
+}
+
 /// The `max_tokens` sent when none is configured: Anthropic's own
 /// examples' value, enough for long code edits, and what a 4k-context
 /// local model needs lowered (see the README).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// `base` with `path` appended to its path, its query kept (a base URL
+/// may carry one, as Azure's `?api-version=` does).
+pub(crate) fn endpoint(base: &str, path: &str) -> String {
+    match reqwest::Url::parse(base) {
+        Ok(mut url) => {
+            let joined = format!("{}/{}", url.path().trim_end_matches('/'), path);
+            url.set_path(&joined);
+            url.to_string()
+        }
+        Err(_) => format!("{}/{path}", base.trim_end_matches('/')),
+    }
+}
 
 /// Posts `body` to `url`, retrying connect errors, 429 (after its
 /// Retry-After, if it is within the policy's cap) and 5xx, then streams the
@@ -388,6 +418,38 @@ mod tests {
             "{text}"
         );
         assert!(check_start(None, html, url).is_err());
+    }
+
+    #[test]
+    fn endpoints_keep_the_base_query() {
+        assert_eq!(
+            endpoint("https://h.example/v1/", "chat/completions"),
+            "https://h.example/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("https://h.example/openai?api-version=1", "chat/completions"),
+            "https://h.example/openai/chat/completions?api-version=1"
+        );
+        assert_eq!(
+            endpoint("https://api.anthropic.com", "v1/messages"),
+            "https://api.anthropic.com/v1/messages"
+        );
+    }
+
+    #[test]
+    fn settings_debug_shows_no_credentials() {
+        let settings = HttpSettings {
+            base_url: "https://me:pw@llm.example/v1?key=k3y".into(),
+            api_key: Some("sk-secret".into()),
+            retry: RetryPolicy::default(),
+            headers: vec![("x-api-key".into(), "hdr-secret".into())],
+            limits: StreamLimits::default(),
+            max_tokens: DEFAULT_MAX_TOKENS,
+        };
+        let shown = format!("{settings:?}");
+        for secret in ["pw", "k3y", "sk-secret", "hdr-secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use toolwire_core::{Message, Role};
 use toolwire_stream::OpenAiChatDecoder;
 
 use super::history::{Group, grouped, plain_text};
-use super::http::{HttpSettings, post_stream};
+use super::http::{HttpSettings, endpoint, post_stream};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 use crate::tools::ToolSpec;
 
@@ -72,10 +72,7 @@ impl Provider for OpenAiProvider {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
-        let url = format!(
-            "{}/chat/completions",
-            self.settings.base_url.trim_end_matches('/')
-        );
+        let url = endpoint(&self.settings.base_url, "chat/completions");
         let body = self.body(request);
         post_stream(
             &url,

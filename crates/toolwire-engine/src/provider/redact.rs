@@ -49,13 +49,58 @@ pub fn redact_url(url: &str) -> String {
     parsed.to_string()
 }
 
-/// Redacts every occurrence of `url` (as given) in `text`: for messages
-/// from lower layers that quote the URL themselves.
+/// `text` with `url` and each of its secrets (user name, password,
+/// secret-looking query values) replaced wherever they occur: for
+/// messages from lower layers or servers that quote the URL, or part of
+/// it, themselves.
 pub fn redact_in(text: &str, url: &str) -> String {
-    if url.is_empty() || !text.contains(url) {
-        return text.to_owned();
+    let mut out = if url.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(url, &redact_url(url))
+    };
+    for secret in secrets(url) {
+        out = out.replace(&secret, HIDDEN);
     }
-    text.replace(url, &redact_url(url))
+    out
+}
+
+/// The parts of `url` that must not be shown, longest first (so that one
+/// holding another is replaced whole). Very short ones are left: replacing
+/// every "a" in a message would garble it and hide nothing.
+fn secrets(url: &str) -> Vec<String> {
+    const SHORTEST: usize = 3;
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = Vec::new();
+    let mut add = |raw: &str| {
+        let decoded = percent_decode(raw);
+        for s in [raw.to_owned(), decoded] {
+            if s.len() >= SHORTEST && !found.contains(&s) {
+                found.push(s);
+            }
+        }
+    };
+    add(parsed.username());
+    if let Some(password) = parsed.password() {
+        add(password);
+    }
+    for (k, v) in parsed.query_pairs() {
+        if is_secret_key(&k) {
+            add(&v);
+        }
+    }
+    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    found
+}
+
+fn percent_decode(s: &str) -> String {
+    let pairs = format!("x={s}");
+    reqwest::Url::parse(&format!("http://h/?{pairs}"))
+        .ok()
+        .and_then(|u| u.query_pairs().next().map(|(_, v)| v.into_owned()))
+        .unwrap_or_else(|| s.to_owned())
 }
 
 fn is_secret_key(key: &str) -> bool {
@@ -107,6 +152,20 @@ mod tests {
         let shown = redact_url("not a url://u:p@x?key=1");
         assert!(
             !shown.contains("u:p") && !shown.contains("key=1"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn secrets_quoted_apart_from_the_url_are_redacted_too() {
+        let url = "https://alice:pa%24%24word@h.example/v1?key=k3y&api-version=1";
+        let text = "user alice, password pa$$word, key k3y, at https://h.example/v1?key=k3y";
+        let shown = redact_in(text, url);
+        for secret in ["alice", "pa$$word", "k3y"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("h.example") && shown.contains("user REDACTED"),
             "{shown}"
         );
     }
