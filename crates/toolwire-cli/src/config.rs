@@ -626,6 +626,44 @@ mod tests {
     }
 
     #[test]
+    fn model_bounds_come_from_the_config_file() {
+        let settings = resolve(
+            r#"
+            max_tokens = 2048
+            first_byte_timeout_secs = 30
+            stream_idle_timeout_secs = 90
+            max_retry_after_secs = 5
+            max_step_output_bytes = 100000
+            max_step_events = 1000
+            "#,
+        )
+        .unwrap();
+        let limits = settings.model_limits;
+        assert_eq!(limits.max_tokens, 2048);
+        assert_eq!(limits.stream.first_byte_timeout.as_secs(), 30);
+        assert_eq!(limits.stream.idle_timeout.as_secs(), 90);
+        assert_eq!(limits.max_retry_after.as_secs(), 5);
+        assert_eq!(settings.engine.max_step_output_bytes, 100_000);
+        assert_eq!(settings.engine.max_step_events, 1000);
+
+        let defaults = resolve("").unwrap();
+        assert_eq!(defaults.model_limits.max_tokens, DEFAULT_MAX_TOKENS);
+        assert_eq!(defaults.model_limits.stream.idle_timeout.as_secs(), 300);
+
+        for key in [
+            "first_byte_timeout_secs",
+            "stream_idle_timeout_secs",
+            "max_tokens",
+        ] {
+            let error = format!("{:#}", resolve(&format!("{key} = 0")).err().unwrap());
+            assert!(
+                error.contains(key) && error.contains("at least 1"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn mcp_servers_are_stdio_or_http_and_named_by_their_key() {
         let settings = resolve(
             r#"

@@ -476,6 +476,31 @@ async fn max_tokens_is_always_sent() {
             .get("max_completion_tokens")
             .is_none()
     );
+
+    // OpenAI's own API and Azure's get the name reasoning models accept;
+    // Anthropic the configured value under its only name.
+    let request = ModelRequest {
+        system: String::new(),
+        messages: Vec::new(),
+        tools: Vec::new(),
+        turn: 0,
+        iteration: 1,
+    };
+    for base in [
+        "https://api.openai.com/v1",
+        "https://team.openai.azure.com/openai/deployments/x?api-version=1",
+    ] {
+        let mut settings = http(base);
+        settings.max_tokens = 777;
+        let body = OpenAiProvider::new(settings, "o3", true).body(&request);
+        assert_eq!(body["max_completion_tokens"], 777, "{base}");
+        assert!(body.get("max_tokens").is_none(), "{base}");
+    }
+    let mut settings = http("https://api.anthropic.com");
+    settings.max_tokens = 777;
+    let body =
+        toolwire_engine::provider::AnthropicProvider::new(settings, "claude", true).body(&request);
+    assert_eq!(body["max_tokens"], 777);
 }
 
 /// Credentials in the base URL reach neither the turn's error nor any
