@@ -95,7 +95,7 @@ struct FileConfig {
     system_prompt: Option<String>,
     max_steps: Option<u32>,
     /// Seconds to wait for a model server's response headers and first
-    /// byte (default 120).
+    /// byte (default 300).
     first_byte_timeout_secs: Option<u64>,
     /// Seconds a model's stream may send nothing before the step fails
     /// (default 300, as codex).

@@ -74,9 +74,10 @@ pub struct StreamLimits {
 impl Default for StreamLimits {
     fn default() -> Self {
         StreamLimits {
-            // Headers normally come in seconds; a queueing provider or a
-            // local server loading its model may take a minute or two.
-            first_byte_timeout: Duration::from_secs(120),
+            // Headers come in seconds, but a reasoning model behind chat
+            // completions may send its first body byte only once it has
+            // thought, minutes later: the same bound as silence mid-stream.
+            first_byte_timeout: Duration::from_secs(300),
             // codex's stream_idle_timeout_ms default (300 000): reasoning
             // models may think silently for minutes.
             idle_timeout: Duration::from_secs(300),
