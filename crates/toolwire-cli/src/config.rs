@@ -12,8 +12,8 @@ use serde::Deserialize;
 use toolwire_core::PriceTable;
 use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
 use toolwire_engine::provider::{
-    AnthropicProvider, HttpSettings, OpenAiProvider, Provider, RetryPolicy, Script,
-    ScriptedProvider, ToolFormat, anthropic, openai, scripted,
+    AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, OpenAiProvider, Provider, RetryPolicy,
+    Script, ScriptedProvider, StreamLimits, ToolFormat, anthropic, openai, scripted,
 };
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
@@ -50,7 +50,10 @@ pub struct EngineArgs {
     /// Database URL: sqlite://PATH or postgres://… [default: sqlite://toolwire.db]
     #[arg(long, env = "TOOLWIRE_DB", value_name = "URL")]
     pub db: Option<String>,
-    /// TOML config file with the same keys as these flags (and prices).
+    /// TOML config file with the same keys as these flags, and prices and
+    /// model bounds (max_tokens, first_byte_timeout_secs,
+    /// stream_idle_timeout_secs, max_retry_after_secs,
+    /// max_step_output_bytes, max_step_events; see the README).
     #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Model API [default: scripted demo when no model is configured].
@@ -91,6 +94,23 @@ struct FileConfig {
     workspace: Option<PathBuf>,
     system_prompt: Option<String>,
     max_steps: Option<u32>,
+    /// Seconds to wait for a model server's response headers and first
+    /// byte (default 300).
+    first_byte_timeout_secs: Option<u64>,
+    /// Seconds a model's stream may send nothing before the step fails
+    /// (default 300, as codex).
+    stream_idle_timeout_secs: Option<u64>,
+    /// The longest `Retry-After` honoured, in seconds; a longer one fails
+    /// the step at once (default 60).
+    max_retry_after_secs: Option<u64>,
+    /// Output tokens asked of the model per call (default 8192).
+    max_tokens: Option<u32>,
+    /// Bytes of text, reasoning and call arguments one model call may
+    /// produce before the step is cut (default 4194304).
+    max_step_output_bytes: Option<usize>,
+    /// Stream events one model call may produce before the step is cut
+    /// (default 250000).
+    max_step_events: Option<usize>,
     /// US dollars per million tokens, by model: `[prices."gpt-4o"]`
     /// `input = 2.5`, `output = 10.0`, `cached_input = 1.25`.
     #[serde(default)]
@@ -260,6 +280,53 @@ pub struct Settings {
     pub python: PythonLimits,
     /// `toolwire acp`'s settings (the `[acp]` table).
     pub acp: toolwire_acp::AcpSettings,
+    /// Bounds on what a model server may do to a step.
+    pub model_limits: ModelLimits,
+}
+
+/// How long a model server may keep a step waiting and how much it is
+/// asked for (the step's output caps are in [`EngineConfig`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelLimits {
+    pub stream: StreamLimits,
+    pub max_retry_after: std::time::Duration,
+    pub max_tokens: u32,
+}
+
+impl ModelLimits {
+    fn from_file(file: &FileConfig) -> Result<ModelLimits> {
+        let seconds = |key: &str, value: Option<u64>, default: std::time::Duration| match value {
+            Some(0) => bail!("{key} must be at least 1"),
+            Some(s) => Ok(std::time::Duration::from_secs(s)),
+            None => Ok(default),
+        };
+        let stream = StreamLimits::default();
+        Ok(ModelLimits {
+            stream: StreamLimits {
+                first_byte_timeout: seconds(
+                    "first_byte_timeout_secs",
+                    file.first_byte_timeout_secs,
+                    stream.first_byte_timeout,
+                )?,
+                idle_timeout: seconds(
+                    "stream_idle_timeout_secs",
+                    file.stream_idle_timeout_secs,
+                    stream.idle_timeout,
+                )?,
+                ..stream
+            },
+            // 0 is allowed: never wait for a Retry-After.
+            max_retry_after: file
+                .max_retry_after_secs
+                .map(std::time::Duration::from_secs)
+                .unwrap_or(RetryPolicy::default().max_retry_after),
+            max_tokens: match file.max_tokens {
+                Some(0) => bail!("max_tokens must be at least 1"),
+                Some(n) => n,
+                None => DEFAULT_MAX_TOKENS,
+            },
+        })
+    }
 }
 
 impl EngineArgs {
@@ -268,6 +335,10 @@ impl EngineArgs {
             Some(path) => read_config(path)?,
             None => FileConfig::default(),
         };
+        let model_limits = ModelLimits::from_file(&file).with_context(|| match &self.config {
+            Some(path) => format!("config file {} is not valid", path.display()),
+            None => "the model limits are not valid".to_owned(),
+        })?;
         let model = self.model.clone().or(file.model);
         let script = self.script.clone().or(file.script);
         let explicit = self.provider.or(file.provider);
@@ -316,6 +387,14 @@ impl EngineArgs {
             engine: EngineConfig {
                 system_prompt: file.system_prompt.unwrap_or(defaults.system_prompt),
                 max_steps: file.max_steps.unwrap_or(defaults.max_steps),
+                max_step_output_bytes: file
+                    .max_step_output_bytes
+                    .unwrap_or(defaults.max_step_output_bytes)
+                    .max(1),
+                max_step_events: file
+                    .max_step_events
+                    .unwrap_or(defaults.max_step_events)
+                    .max(1),
                 tool_format,
                 prices: file.prices,
                 notifications: file.notifications.settings()?,
@@ -353,6 +432,7 @@ impl EngineArgs {
             },
             acp: file.acp.settings(),
             mcp_servers,
+            model_limits,
         })
     }
 }
@@ -410,8 +490,13 @@ impl Settings {
         Ok(HttpSettings {
             base_url,
             api_key,
-            retry: RetryPolicy::default(),
+            retry: RetryPolicy {
+                max_retry_after: self.model_limits.max_retry_after,
+                ..RetryPolicy::default()
+            },
             headers: Vec::new(),
+            limits: self.model_limits.stream,
+            max_tokens: self.model_limits.max_tokens,
         })
     }
 
@@ -538,6 +623,44 @@ mod tests {
             ..Default::default()
         }
         .resolve()
+    }
+
+    #[test]
+    fn model_bounds_come_from_the_config_file() {
+        let settings = resolve(
+            r#"
+            max_tokens = 2048
+            first_byte_timeout_secs = 30
+            stream_idle_timeout_secs = 90
+            max_retry_after_secs = 5
+            max_step_output_bytes = 100000
+            max_step_events = 1000
+            "#,
+        )
+        .unwrap();
+        let limits = settings.model_limits;
+        assert_eq!(limits.max_tokens, 2048);
+        assert_eq!(limits.stream.first_byte_timeout.as_secs(), 30);
+        assert_eq!(limits.stream.idle_timeout.as_secs(), 90);
+        assert_eq!(limits.max_retry_after.as_secs(), 5);
+        assert_eq!(settings.engine.max_step_output_bytes, 100_000);
+        assert_eq!(settings.engine.max_step_events, 1000);
+
+        let defaults = resolve("").unwrap();
+        assert_eq!(defaults.model_limits.max_tokens, DEFAULT_MAX_TOKENS);
+        assert_eq!(defaults.model_limits.stream.idle_timeout.as_secs(), 300);
+
+        for key in [
+            "first_byte_timeout_secs",
+            "stream_idle_timeout_secs",
+            "max_tokens",
+        ] {
+            let error = format!("{:#}", resolve(&format!("{key} = 0")).err().unwrap());
+            assert!(
+                error.contains(key) && error.contains("at least 1"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,13 @@ pub struct EngineConfig {
     pub system_prompt: String,
     /// Model calls per turn before it stops with `max_steps`.
     pub max_steps: u32,
+    /// Bytes of text, reasoning and call arguments one model call may
+    /// stream before the step is cut with an error: what the step holds,
+    /// what is stored of it and what its events log carry stay under it.
+    pub max_step_output_bytes: usize,
+    /// Stream events one model call may produce before the step is cut
+    /// (each is a row in the event log).
+    pub max_step_events: usize,
     /// Tool calls of one step that run at the same time.
     pub tool_concurrency: usize,
     pub tool_format: ToolFormat,
@@ -54,6 +61,11 @@ impl Default for EngineConfig {
             system_prompt: "You are a helpful assistant with tools. Use them when they help."
                 .into(),
             max_steps: 50,
+            // 8× what a 128k-token answer holds (~512 KiB): never reached
+            // by a model that stops, and a runaway stops within seconds.
+            max_step_output_bytes: 4 * 1024 * 1024,
+            // Above one event per token of a 128k-token answer.
+            max_step_events: 250_000,
             tool_concurrency: 8,
             tool_format: ToolFormat::Native,
             interjections: InterjectionMode::NewMessage,

@@ -25,6 +25,7 @@ use crate::provider::Provider;
 use crate::remembered::Remembered;
 use crate::tools::{NotificationSink, Notifier, ToolRegistry, ToolSpec};
 use crate::turn;
+use crate::turn_guard;
 
 /// What the engine could not do.
 #[derive(Debug, thiserror::Error)]
@@ -149,11 +150,16 @@ impl TurnHandle {
         let (run_id, conversation_id) = (self.run_id, self.conversation_id);
         match self.join.await {
             Ok(outcome) => outcome,
+            // A panic is caught inside the task (turn_guard); what is left
+            // is a task aborted with the runtime. Its text stays in the log.
             Err(e) => TurnOutcome {
                 run_id,
                 conversation_id,
                 reason: StopReason::Error,
-                error: Some(format!("the turn task failed: {e}")),
+                error: {
+                    tracing::error!(run = %run_id, error = %e, "a turn's task ended abnormally");
+                    Some(turn_guard::PANICKED.to_owned())
+                },
                 final_message: None,
                 usage: Usage::default(),
                 cost: None,
@@ -802,8 +808,8 @@ impl Engine {
         let engine = self.clone();
         let fallback = options.clone();
         let join = tokio::spawn(async move {
-            let outcome =
-                turn::run(&engine.inner, conversation, run_id, start, cancel, options).await;
+            let turn = turn::run(&engine.inner, conversation, run_id, start, cancel, options);
+            let outcome = turn_guard::caught(&engine.inner, conversation, run_id, turn).await;
             engine.end_turn(conversation, run_id, fallback).await;
             outcome
         });

@@ -211,6 +211,9 @@ pub(crate) async fn interrupt_orphaned_runs(
             continue;
         }
         tracing::warn!(run = %run.id, conversation = %run.conversation_id, owner = ?run.owner, reason = ?why, "a turn whose owner is gone was marked interrupted");
+        // Before any model request: a call left without a result would
+        // make every later request fail.
+        crate::recover::answer_open_calls(store, bus, run).await?;
         bus.emit(
             run.conversation_id,
             AgentEvent::Stopped {

@@ -9,7 +9,10 @@
 //! Persist, then publish: every step is stored before any client hears of
 //! it. A slow subscriber never blocks a turn. A paused turn's waiting
 //! calls are answered exactly once, and every tool call in the tree gets a
-//! result.
+//! result (a crash's open calls when the next engine starts; none is ever
+//! sent to a model without one). A model call is bounded in time and
+//! output whatever the server does (`StreamLimits`, `max_step_*`); a panic
+//! in a turn ends it with an error and releases its conversation.
 //!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
 //! `follow`), [`TurnOptions`], [`tools::ToolRegistry`],
@@ -24,9 +27,11 @@ mod follow;
 mod instance;
 pub mod notify;
 pub mod provider;
+mod recover;
 mod remembered;
 pub mod tools;
 mod turn;
+mod turn_guard;
 pub mod watch;
 
 pub use bus::{Observer, Subscription};

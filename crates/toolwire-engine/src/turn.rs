@@ -474,6 +474,10 @@ impl Turn<'_> {
             for item in batch {
                 match item {
                     Ok(event) => {
+                        if let Err(over) = step.admit(&event, &self.inner.config) {
+                            failure = Some(Stop::new(StopReason::LlmApiError, over));
+                            break;
+                        }
                         for e in step.accept(event) {
                             match self.translate(e) {
                                 Ok(Some(agent_event)) => publish.push(agent_event),
@@ -662,6 +666,12 @@ impl Turn<'_> {
             StreamEvent::ParseError { message } => {
                 tracing::warn!(conversation = %self.conversation, %message, "undecodable model output");
                 return Ok(None);
+            }
+            StreamEvent::LimitExceeded { message } => {
+                return Err(Stop::new(
+                    StopReason::LlmApiError,
+                    format!("the model's output went over a decoder limit: {message}"),
+                ));
             }
             // Recorded by the step; published with the stored message.
             StreamEvent::ToolCallOpened { .. }
@@ -1071,6 +1081,10 @@ struct StepState {
     /// Calls in the order they started.
     calls: Vec<StepCall>,
     usage: Option<Usage>,
+    /// Bytes of text, reasoning and arguments admitted so far.
+    output_bytes: usize,
+    /// Stream events admitted so far.
+    events: usize,
 }
 
 /// One call of the step, as far as the stream has told it.
@@ -1105,7 +1119,35 @@ impl StepState {
             text: String::new(),
             calls: Vec::new(),
             usage: None,
+            output_bytes: 0,
+            events: 0,
         }
+    }
+
+    /// Counts `event` against the step's caps; an event that would go
+    /// over one is refused (not recorded), so that what the step holds and
+    /// stores stays under `max_step_output_bytes`.
+    fn admit(&mut self, event: &StreamEvent, config: &crate::EngineConfig) -> Result<(), String> {
+        let bytes = match event {
+            StreamEvent::TextDelta { text } | StreamEvent::ReasoningDelta { text } => text.len(),
+            StreamEvent::ArgumentsDelta { fragment, .. } => fragment.len(),
+            _ => 0,
+        };
+        if self.output_bytes + bytes > config.max_step_output_bytes {
+            return Err(format!(
+                "the model's output went over {} bytes in one step (max_step_output_bytes); cut",
+                config.max_step_output_bytes
+            ));
+        }
+        if self.events >= config.max_step_events {
+            return Err(format!(
+                "the model's stream went over {} events in one step (max_step_events); cut",
+                config.max_step_events
+            ));
+        }
+        self.output_bytes += bytes;
+        self.events += 1;
+        Ok(())
     }
 
     /// Records `event`; returns the events to publish (with the XML

@@ -298,3 +298,126 @@ async fn the_heartbeat_stops_with_the_engine() {
         "no heartbeat after the engine is gone"
     );
 }
+
+/// What a gone owner's turn left open is answered when an engine starts:
+/// each call without a result gets one (with the output its progress
+/// events kept, if any), stored under the path's leaf, and the turn's last
+/// assistant message is marked interrupted. Calls already answered and
+/// earlier turns are left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn open_calls_of_an_interrupted_turn_are_answered_at_start() {
+    use toolwire_core::{ContentBlock, Message, MessageStatus, Progress, Role, ToolCallId};
+
+    let (store, _dir) = sqlite_store().await;
+    let first = start(store.clone(), EngineConfig::default()).await;
+    let host = first.instance().host.clone();
+    let conv = first.create_conversation(None).await.unwrap();
+    // An earlier, finished turn: its message stays complete.
+    let earlier = first.run(conv.id, "hello").await.unwrap();
+    assert_eq!(earlier.reason, StopReason::EndTurn);
+    drop(first);
+
+    // A process that has exited left this turn: a call answered, one that
+    // had shown output, one that had not.
+    let owner = store
+        .register_instance(InstanceId::new(), &host, exited_pid())
+        .await
+        .unwrap();
+    let run = RunId::new();
+    store.start_run(run, conv.id, owner.id).await.unwrap();
+    let leaf = store.conversation(conv.id).await.unwrap().active_leaf;
+    let text = |t: &str| ContentBlock::Text { text: t.into() };
+    let call = |id: &str| ContentBlock::ToolUse {
+        id: ToolCallId(id.into()),
+        server: None,
+        name: "run_command".into(),
+        arguments: serde_json::json!({}),
+    };
+    let user = Message::new(conv.id, Some(leaf), Role::User, vec![text("go")]);
+    store.append(&user).await.unwrap();
+    let asked = Message::new(
+        conv.id,
+        Some(user.id),
+        Role::Assistant,
+        vec![
+            text("Three."),
+            call("c_done"),
+            call("c_talk"),
+            call("c_quiet"),
+        ],
+    );
+    store.append(&asked).await.unwrap();
+    let done = Message::new(
+        conv.id,
+        Some(asked.id),
+        Role::Tool,
+        vec![ContentBlock::ToolResult {
+            tool_use_id: ToolCallId("c_done".into()),
+            content: "ok".into(),
+            is_error: false,
+        }],
+    );
+    store.append(&done).await.unwrap();
+    for piece in ["compiling…\n", "step 2\n"] {
+        store
+            .append_event(
+                conv.id,
+                &AgentEvent::ToolExecutionProgress {
+                    run_id: run,
+                    call_id: ToolCallId("c_talk".into()),
+                    progress: Progress::Output { text: piece.into() },
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    let engine = start(store.clone(), EngineConfig::default()).await;
+    assert_eq!(
+        store.run(run).await.unwrap().stop_reason,
+        Some(StopReason::Interrupted)
+    );
+    let leaf = store.conversation(conv.id).await.unwrap().active_leaf;
+    let path = store.path_to(leaf).await.unwrap();
+    let tail: Vec<(&str, &str, MessageStatus)> = path
+        .iter()
+        .skip_while(|m| m.id != done.id)
+        .skip(1)
+        .map(|m| match &m.content[0] {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error: true,
+            } => (tool_use_id.0.as_str(), content.as_str(), m.status),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            (
+                "c_talk",
+                "Cut short: toolwire stopped before this call finished. Its output until then:\ncompiling…\nstep 2\n",
+                MessageStatus::Interrupted
+            ),
+            (
+                "c_quiet",
+                "Not run: toolwire stopped before this call finished.",
+                MessageStatus::Interrupted
+            ),
+        ]
+    );
+    let status = |id| {
+        let store = store.clone();
+        async move { store.message(id).await.unwrap().status }
+    };
+    assert_eq!(status(asked.id).await, MessageStatus::Interrupted);
+    assert_eq!(status(user.id).await, MessageStatus::Complete);
+    assert_eq!(
+        status(earlier.final_message.unwrap().id).await,
+        MessageStatus::Complete
+    );
+    // The conversation goes on from the answered calls.
+    let next = engine.run(conv.id, "and now?").await.unwrap();
+    assert_eq!(next.reason, StopReason::EndTurn, "{:?}", next.error);
+}

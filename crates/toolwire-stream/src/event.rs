@@ -66,6 +66,10 @@ pub enum StreamEvent {
     ProviderError { message: String },
     /// Input that could not be decoded; decoding goes on after it.
     ParseError { message: String },
+    /// Input went over one of the decoder's limits (an SSE line or event,
+    /// a JSON body) and was dropped: what follows cannot be trusted to
+    /// be whole, so the caller should end the model call with `message`.
+    LimitExceeded { message: String },
 }
 
 impl StreamEvent {
@@ -94,6 +98,7 @@ impl StreamEvent {
             StreamEvent::Finished { .. } => "finished",
             StreamEvent::ProviderError { .. } => "provider_error",
             StreamEvent::ParseError { .. } => "parse_error",
+            StreamEvent::LimitExceeded { .. } => "limit_exceeded",
         }
     }
 }

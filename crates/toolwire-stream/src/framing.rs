@@ -1,12 +1,13 @@
 //! What every SSE provider decoder shares: SSE framing, the sniffing of a
 //! plain JSON body sent where a stream was asked for, and the conversion of
-//! framing errors into `ParseError` events.
+//! framing errors into `ParseError` events (`LimitExceeded` for input
+//! over a limit).
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::event::StreamEvent;
-use crate::sse::{SseDecoder, SseEvent};
+use crate::sse::{SseDecoder, SseError, SseEvent};
 
 /// A JSON body larger than this is refused rather than buffered.
 const MAX_JSON_BODY: usize = 64 * 1024 * 1024;
@@ -122,7 +123,7 @@ impl Framing {
             Mode::Json(body) => {
                 if body.len() + chunk.len() > MAX_JSON_BODY {
                     self.mode = Mode::Refused;
-                    out.push(StreamEvent::ParseError {
+                    out.push(StreamEvent::LimitExceeded {
                         message: format!(
                             "{}: JSON body is larger than {MAX_JSON_BODY} bytes; ignored",
                             H::PROVIDER
@@ -164,6 +165,10 @@ impl Framing {
         for frame in self.frames.drain(..) {
             match frame {
                 Ok(event) => handler.event(event, out),
+                Err(e @ (SseError::LineTooLong { .. } | SseError::EventTooLarge { .. })) => out
+                    .push(StreamEvent::LimitExceeded {
+                        message: format!("{}: {e}", H::PROVIDER),
+                    }),
                 Err(e) => out.push(StreamEvent::ParseError {
                     message: format!("{}: {e}", H::PROVIDER),
                 }),

@@ -18,9 +18,9 @@ fn messages(events: &[StreamEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            StreamEvent::ParseError { message } | StreamEvent::ProviderError { message } => {
-                Some(message.clone())
-            }
+            StreamEvent::ParseError { message }
+            | StreamEvent::ProviderError { message }
+            | StreamEvent::LimitExceeded { message } => Some(message.clone()),
             StreamEvent::ToolCallFailed { reason, .. } => Some(reason.clone()),
             _ => None,
         })
@@ -31,6 +31,8 @@ fn text(events: &[StreamEvent]) -> String {
     events.iter().filter_map(StreamEvent::text).collect()
 }
 
+/// A line over the limit is its own kind of event, which callers treat as
+/// the end of the call (the engine does); the decoder itself goes on.
 #[test]
 fn overlong_sse_line_is_reported_and_skipped() {
     let big = "x".repeat(200);
@@ -44,6 +46,12 @@ fn overlong_sse_line_is_reported_and_skipped() {
     assert_eq!(
         messages(&events),
         ["openai-chat: SSE line 1 is longer than the 128-byte limit; line dropped"]
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::LimitExceeded { .. })),
+        "{events:?}"
     );
     assert_eq!(text(&events), "ok");
 }

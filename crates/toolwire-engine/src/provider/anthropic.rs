@@ -6,7 +6,7 @@ use toolwire_core::{Message, Role};
 use toolwire_stream::AnthropicDecoder;
 
 use super::history::{Group, grouped, plain_text};
-use super::http::{HttpSettings, post_stream};
+use super::http::{HttpSettings, endpoint, post_stream};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -19,7 +19,6 @@ pub struct AnthropicProvider {
     settings: HttpSettings,
     model: String,
     native_tools: bool,
-    max_tokens: u32,
 }
 
 impl AnthropicProvider {
@@ -29,7 +28,6 @@ impl AnthropicProvider {
             settings,
             model: model.into(),
             native_tools,
-            max_tokens: 8192,
         }
     }
 
@@ -37,7 +35,7 @@ impl AnthropicProvider {
     pub fn body(&self, request: &ModelRequest) -> Value {
         let mut body = json!({
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.settings.max_tokens,
             "stream": true,
             "messages": messages(&request.messages),
         });
@@ -62,10 +60,7 @@ impl Provider for AnthropicProvider {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
-        let url = format!(
-            "{}/v1/messages",
-            self.settings.base_url.trim_end_matches('/')
-        );
+        let url = endpoint(&self.settings.base_url, "v1/messages");
         let body = self.body(request);
         post_stream(
             &url,
@@ -84,6 +79,7 @@ impl Provider for AnthropicProvider {
             },
             &body,
             self.settings.retry,
+            self.settings.limits,
             Box::new(AnthropicDecoder::new()),
         )
         .await

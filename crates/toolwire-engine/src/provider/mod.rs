@@ -7,6 +7,8 @@ pub mod anthropic;
 mod history;
 mod http;
 pub mod openai;
+mod redact;
+mod retry_after;
 pub mod scripted;
 pub mod xml_format;
 
@@ -20,8 +22,9 @@ use toolwire_stream::StreamEvent;
 use crate::tools::ToolSpec;
 
 pub use anthropic::AnthropicProvider;
-pub use http::{HttpSettings, RetryPolicy};
+pub use http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
 pub use openai::OpenAiProvider;
+pub use redact::redact_url;
 pub use scripted::{Script, ScriptedProvider};
 
 /// What the model is asked.
@@ -50,6 +53,33 @@ pub enum ProviderError {
     },
     #[error("the stream broke after {received} bytes: {message}")]
     Broken { received: u64, message: String },
+    #[error(
+        "{url} sent no response within {secs} s (first_byte_timeout_secs): the model server stalled before its first byte"
+    )]
+    FirstByteTimeout { url: String, secs: f64 },
+    #[error(
+        "the model's stream stalled: nothing for {secs} s after {received} bytes (stream_idle_timeout_secs)"
+    )]
+    Stalled { received: u64, secs: f64 },
+    #[error(
+        "{url} answered 200 with a body that is not an event stream (content type {content_type}); it begins: {start}"
+    )]
+    NotAStream {
+        url: String,
+        content_type: String,
+        start: String,
+    },
+    #[error("the model's response went over {limit} bytes; cut")]
+    TooLarge { limit: u64 },
+    #[error(
+        "{url} answered HTTP {status} and asked to retry after {asked}, more than the {limit_secs} s toolwire waits (max_retry_after_secs)"
+    )]
+    RetryAfterTooLong {
+        url: String,
+        status: u16,
+        asked: String,
+        limit_secs: f64,
+    },
     #[error("the provider reported an error: {0}")]
     Reported(String),
     #[error("missing API key: set the environment variable {0}")]

@@ -7,7 +7,7 @@ use toolwire_core::{Message, Role};
 use toolwire_stream::OpenAiChatDecoder;
 
 use super::history::{Group, grouped, plain_text};
-use super::http::{HttpSettings, post_stream};
+use super::http::{HttpSettings, endpoint, post_stream};
 use super::{EventStream, ModelRequest, Provider, ProviderError};
 use crate::tools::ToolSpec;
 
@@ -41,10 +41,27 @@ impl OpenAiProvider {
             "stream_options": {"include_usage": true},
             "messages": messages(&request.system, &request.messages),
         });
+        body[self.max_tokens_field()] = json!(self.settings.max_tokens);
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request.tools.iter().map(tool).collect();
         }
         body
+    }
+
+    /// OpenAI's own API (and Azure's) refuse `max_tokens` for reasoning
+    /// models and want `max_completion_tokens`; the servers that speak its
+    /// wire format (vLLM, llama.cpp, Ollama, Groq, DeepSeek, LM Studio…)
+    /// all read `max_tokens`, and not all know the newer name.
+    fn max_tokens_field(&self) -> &'static str {
+        let host = reqwest::Url::parse(&self.settings.base_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+            .unwrap_or_default();
+        if host == "api.openai.com" || host.ends_with(".openai.azure.com") {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
     }
 }
 
@@ -55,10 +72,7 @@ impl Provider for OpenAiProvider {
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
-        let url = format!(
-            "{}/chat/completions",
-            self.settings.base_url.trim_end_matches('/')
-        );
+        let url = endpoint(&self.settings.base_url, "chat/completions");
         let body = self.body(request);
         post_stream(
             &url,
@@ -74,6 +88,7 @@ impl Provider for OpenAiProvider {
             },
             &body,
             self.settings.retry,
+            self.settings.limits,
             Box::new(OpenAiChatDecoder::new()),
         )
         .await

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use toolwire_core::{AgentEvent, ConversationId};
-use toolwire_engine::provider::{HttpSettings, Provider, RetryPolicy};
+use toolwire_engine::provider::{HttpSettings, Provider, RetryPolicy, StreamLimits};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_store::Store;
@@ -34,6 +34,16 @@ pub enum Reply {
     /// 200, the first `cut_at` bytes of an SSE body, then the connection
     /// drops mid-stream.
     Cut { body: String, cut_at: usize },
+    /// 200 SSE: `start` once, then `repeat` again and again until the
+    /// client goes away (a model that never stops).
+    Endless { start: String, repeat: String },
+    /// Nothing more after `sent` for `for_`: with `head`, the SSE headers
+    /// and `sent` go out first; without, not even the headers.
+    Stall {
+        head: bool,
+        sent: String,
+        for_: Duration,
+    },
 }
 
 impl Reply {
@@ -210,6 +220,33 @@ async fn serve(
                 }
             }
             socket.write_all(b"0\r\n\r\n").await?;
+        }
+        Reply::Endless { start, repeat } => {
+            socket.write_all(sse_head().as_bytes()).await?;
+            let mut piece = start;
+            loop {
+                // An empty chunk would end the body. Fails once the client
+                // has gone: the loop ends there.
+                if !piece.is_empty() {
+                    socket
+                        .write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+                        .await?;
+                }
+                piece.clone_from(&repeat);
+            }
+        }
+        Reply::Stall { head, sent, for_ } => {
+            if head {
+                socket.write_all(sse_head().as_bytes()).await?;
+                if !sent.is_empty() {
+                    socket
+                        .write_all(format!("{:x}\r\n{sent}\r\n", sent.len()).as_bytes())
+                        .await?;
+                }
+                socket.flush().await?;
+            }
+            tokio::time::sleep(for_).await;
+            return Ok(());
         }
         Reply::Cut { body, cut_at } => {
             socket.write_all(sse_head().as_bytes()).await?;
@@ -388,8 +425,11 @@ pub fn http(url: &str) -> HttpSettings {
             max_retries: 3,
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(2),
+            max_retry_after: Duration::from_secs(2),
         },
         headers: Vec::new(),
+        limits: StreamLimits::default(),
+        max_tokens: 1024,
     }
 }
 

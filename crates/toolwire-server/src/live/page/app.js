@@ -567,6 +567,7 @@
     }
     if (typeof n.cost === 'number') meta.push(fmtCost(n.cost));
     if (n.notifications) meta.push(n.notifications + ' notification' + (n.notifications > 1 ? 's' : ''));
+    if (n.status === 'interrupted') meta.push('interrupted');
     if (meta.length) head.append(el('span', { class: 'meta', text: meta.join(' · ') }));
     head.append(el('span', { class: 'spacer' }));
 
