@@ -22,6 +22,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
+#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
@@ -43,6 +44,7 @@ pub(crate) enum Opened {
 
 /// Set once `openat2` answered `ENOSYS`: the kernel (or a seccomp filter)
 /// lacks it, so the component walk is used from then on.
+#[cfg(target_os = "linux")]
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
 /// Opens `rel` (relative, without `..` or symlinks; empty for the root
@@ -315,4 +317,66 @@ pub(crate) fn open_subdir(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
         Mode::empty(),
     )
     .map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn root(dir: &Path) -> OwnedFd {
+        OwnedFd::from(File::open(dir).unwrap())
+    }
+
+    /// The component walk (kernels without openat2) follows no symlink,
+    /// final or not, and makes missing directories only when asked.
+    #[test]
+    fn the_fallback_walk_follows_no_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/f.txt"), "inside").unwrap();
+        std::fs::write(outside.path().join("f.txt"), "outside").unwrap();
+        symlink(outside.path(), dir.path().join("link")).unwrap();
+        symlink(outside.path().join("f.txt"), dir.path().join("d/to_f")).unwrap();
+        let root = root(dir.path());
+        let read = OFlags::RDONLY;
+
+        let fd = walk(root.as_fd(), Path::new("d/f.txt"), read, false).unwrap();
+        assert_eq!(std::io::read_to_string(File::from(fd)).unwrap(), "inside");
+        let flags = read | OFlags::NOFOLLOW;
+        for through in ["link/f.txt", "d/to_f"] {
+            let e = walk(root.as_fd(), Path::new(through), flags, false).unwrap_err();
+            assert!(is_moved(&e) || is_missing(&e), "{through}: {e}");
+        }
+        assert!(walk(root.as_fd(), Path::new("../x"), read, false).is_err());
+
+        let dirs = OFlags::RDONLY | OFlags::DIRECTORY;
+        assert!(walk(root.as_fd(), Path::new("n/e/w"), dirs, false).is_err());
+        walk(root.as_fd(), Path::new("n/e/w"), dirs, true).unwrap();
+        assert!(dir.path().join("n/e/w").is_dir());
+        // Creating through a symlinked directory is refused, not followed.
+        assert!(walk(root.as_fd(), Path::new("link/new"), dirs, true).is_err());
+        assert!(!outside.path().join("new").exists());
+    }
+
+    #[test]
+    fn special_files_are_named_without_being_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let root = root(dir.path());
+        match open_node(root.as_fd(), Path::new("fifo")).unwrap() {
+            Opened::Special(kind) => assert_eq!(kind, "a FIFO (named pipe)"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -92,6 +92,9 @@ pub(crate) fn write_beneath(
     bytes: &[u8],
 ) -> Result<bool, ToolError> {
     let shown = at.shown.as_str();
+    if at.rel.as_os_str().is_empty() {
+        return Err(ToolError::Refused(format!("`{shown}` is a directory")));
+    }
     let (dir, name) =
         beneath::open_parent(workspace.dir(), &at.rel, true).map_err(|e| open_error(shown, e))?;
     let keep_mode = match beneath::kind_at(dir.as_fd(), &name).map_err(|e| io_error(shown, e))? {

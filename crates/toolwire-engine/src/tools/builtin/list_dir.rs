@@ -73,7 +73,7 @@ impl Tool for ListDir {
             ));
         }
         let at = self.workspace.locate(args.path.as_deref().unwrap_or("."))?;
-        report_location(&ctx.progress, &at.abs, None);
+        let progress = ctx.progress.clone();
         let listing = Listing {
             recursive: args.recursive,
             max: args.max_entries,
@@ -93,6 +93,7 @@ impl Tool for ListDir {
                         )));
                     }
                 };
+                report_location(&progress, &at.abs, None);
                 let mut listing = listing;
                 listing.walk(&dir, "").map_err(|e| io_error(shown, e))?;
                 Ok((listing, at.shown))

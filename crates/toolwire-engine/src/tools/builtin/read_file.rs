@@ -68,7 +68,7 @@ impl Tool for ReadFile {
             ));
         }
         let at = self.workspace.locate(&args.path)?;
-        report_location(&ctx.progress, &at.abs, args.offset);
+        let progress = ctx.progress.clone();
         let window = Window {
             first: args.offset.unwrap_or(1),
             limit: args.limit,
@@ -84,6 +84,7 @@ impl Tool for ReadFile {
                         )));
                     }
                 };
+                report_location(&progress, &at.abs, args.offset);
                 let io = |e| io_error(shown, e);
                 let mut reader = BufReader::new(file);
                 if looks_binary(reader.fill_buf().map_err(io)?) {
