@@ -232,7 +232,7 @@ async fn special_files() {
     let at = |name: &str| root.path().join(name);
     rustix::fs::mknodat(
         CWD,
-        &at("fifo"),
+        at("fifo"),
         FileType::Fifo,
         Mode::from_raw_mode(0o644),
         0,
@@ -243,7 +243,7 @@ async fn special_files() {
     // /dev/zero is refused anyway, as leaving the workspace.
     let device = rustix::fs::mknodat(
         CWD,
-        &at("zero"),
+        at("zero"),
         FileType::CharacterDevice,
         Mode::from_raw_mode(0o666),
         rustix::fs::makedev(1, 5),
@@ -309,7 +309,7 @@ async fn special_files() {
     std::fs::write(at("sub/hidden.txt"), "needle\n").unwrap();
     rustix::fs::mknodat(
         CWD,
-        &at("sub/.gitignore"),
+        at("sub/.gitignore"),
         FileType::Fifo,
         Mode::from_raw_mode(0o644),
         0,
