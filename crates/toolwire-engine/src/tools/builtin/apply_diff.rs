@@ -7,8 +7,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Workspace;
-use super::common::{io_error, parse_args, report_location, spec, tracked_write};
+use super::common::{io_error, parse_args, report_location, spec, write_beneath};
 use super::diff::{self, Text};
+use super::workspace::{Located, Node};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub struct ApplyDiff {
@@ -54,44 +55,29 @@ impl Tool for ApplyDiff {
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(arguments)?;
         let patch = diff::parse(&args.diff).map_err(|e| ToolError::InvalidArguments(e.0))?;
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        let io = |e| io_error(&self.workspace, &path, e);
-
-        let old = match tokio::fs::read(&path).await {
-            Ok(bytes) => {
-                if patch.creates && !bytes.is_empty() {
-                    return Err(ToolError::Refused(format!(
-                        "the diff creates `{shown}` (`--- /dev/null`), but it already exists"
-                    )));
-                }
-                String::from_utf8(bytes).map_err(|_| {
-                    ToolError::Refused(format!("`{shown}` is not UTF-8 text; cannot apply a diff"))
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && patch.creates => String::new(),
-            Err(e) => return Err(io(e)),
-        };
-        let applied = diff::apply(&patch, &Text::parse(&old))
-            .map_err(|e| ToolError::Failed(format!("`{shown}` unchanged: {e}")))?;
-        let first_line = applied.positions.first().map(|p| p.0 as u64);
-        report_location(&ctx.progress, &path, first_line);
-
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io)?;
-        }
-        tracked_write(&self.workspace, &path, applied.text.render().as_bytes())
-            .await
-            .map_err(io)?;
-
-        let moved: Vec<String> = applied
-            .positions
+        let at = self.workspace.locate(&args.path)?;
+        let progress = ctx.progress.clone();
+        let applied = self
+            .workspace
+            .blocking(move |workspace| {
+                let shown = at.shown.as_str();
+                let old = read_old(&workspace, &at, patch.creates)?;
+                let applied = diff::apply(&patch, &Text::parse(&old))
+                    .map_err(|e| ToolError::Failed(format!("`{shown}` unchanged: {e}")))?;
+                let first_line = applied.positions.first().map(|p| p.0 as u64);
+                report_location(&progress, &at.abs, first_line);
+                write_beneath(&workspace, &at, applied.text.render().as_bytes())?;
+                Ok((applied.positions, at.shown))
+            })
+            .await?;
+        let (positions, shown) = applied;
+        let moved: Vec<String> = positions
             .iter()
             .enumerate()
             .filter(|(_, (_, offset))| *offset != 0)
             .map(|(n, (line, offset))| format!("hunk {} at line {line} (offset {offset:+})", n + 1))
             .collect();
-        let hunks = applied.positions.len();
+        let hunks = positions.len();
         let mut report = format!(
             "applied {hunks} hunk{} to `{shown}`",
             if hunks == 1 { "" } else { "s" }
@@ -101,4 +87,35 @@ impl Tool for ApplyDiff {
         }
         Ok(ToolOutput::ok(report))
     }
+}
+
+/// The file's text now; empty for a diff that creates a missing file.
+fn read_old(workspace: &Workspace, at: &Located, creates: bool) -> Result<String, ToolError> {
+    use std::io::Read;
+    let shown = at.shown.as_str();
+    let mut file = match workspace.open_node(at) {
+        Ok(Node::File(file, _)) => file,
+        Ok(Node::Dir(_)) => {
+            return Err(ToolError::Refused(format!(
+                "`{shown}` is a directory; apply_diff edits one file"
+            )));
+        }
+        Err(ToolError::Io { source, .. })
+            if creates && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(String::new());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| io_error(shown, e))?;
+    if creates && !bytes.is_empty() {
+        return Err(ToolError::Refused(format!(
+            "the diff creates `{shown}` (`--- /dev/null`), but it already exists"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        ToolError::Refused(format!("`{shown}` is not UTF-8 text; cannot apply a diff"))
+    })
 }

@@ -1,13 +1,19 @@
 //! Helpers shared by the built-in tools.
 
+use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{FileType, Mode};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toolwire_core::{Location, Progress};
 
 use super::Workspace;
+use super::beneath;
+use super::workspace::{Located, moved, special};
 use crate::tools::{ProgressHandle, ToolError, ToolSpec};
 
 pub(crate) fn spec(name: &str, description: &str, parameters: Value, read_only: bool) -> ToolSpec {
@@ -30,9 +36,9 @@ pub fn parse_args<T: DeserializeOwned>(arguments: Value) -> Result<T, ToolError>
     serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))
 }
 
-pub(crate) fn io_error(workspace: &Workspace, path: &Path, source: std::io::Error) -> ToolError {
+pub(crate) fn io_error(shown: &str, source: std::io::Error) -> ToolError {
     ToolError::Io {
-        path: workspace.display(path),
+        path: shown.to_owned(),
         source,
     }
 }
@@ -69,64 +75,66 @@ pub(crate) fn floor_char_boundary(s: &str, max: usize) -> usize {
     i
 }
 
-/// The suffix of [`atomic_write`]'s temporary files (the file watcher
+/// The suffix of [`write_beneath`]'s temporary files (the file watcher
 /// ignores them).
 pub(crate) const TMP_SUFFIX: &str = ".toolwire-tmp";
 
-/// [`atomic_write`], recorded in the workspace's [`OwnWrites`] first so the
-/// file watcher knows the change is the agent's own.
+/// Writes `bytes` to the file `at` atomically, creating missing parent
+/// directories, everything relative to fds opened beneath the root (see
+/// [`beneath::atomic_write_at`]). Recorded in the workspace's
+/// [`OwnWrites`] first so the file watcher knows the change is the
+/// agent's own. Blocking; returns whether the file existed.
 ///
 /// [`OwnWrites`]: crate::watch::OwnWrites
-pub(crate) async fn tracked_write(
+pub(crate) fn write_beneath(
     workspace: &Workspace,
-    path: &Path,
+    at: &Located,
     bytes: &[u8],
-) -> std::io::Result<()> {
-    workspace.own_writes().record(path, bytes);
-    let result = atomic_write(path, bytes).await;
-    if result.is_err() {
-        // The file kept its old content (the write is atomic).
-        workspace.own_writes().forget(path);
+) -> Result<bool, ToolError> {
+    let shown = at.shown.as_str();
+    if at.rel.as_os_str().is_empty() {
+        return Err(ToolError::Refused(format!("`{shown}` is a directory")));
     }
-    result
-}
-
-/// Writes `bytes` to a temporary file next to `path` and renames it over
-/// `path`, so readers never see a half-written file and a failed write
-/// leaves the old content. An existing file's permissions are kept.
-pub(crate) async fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let (dir, name) =
+        beneath::open_parent(workspace.dir(), &at.rel, true).map_err(|e| open_error(shown, e))?;
+    let keep_mode = match beneath::kind_at(dir.as_fd(), &name).map_err(|e| io_error(shown, e))? {
+        None => None,
+        Some((FileType::RegularFile, mode)) => {
+            Some(Mode::from_raw_mode(mode.as_raw_mode() & 0o7777))
+        }
+        Some((FileType::Directory, _)) => {
+            return Err(ToolError::Refused(format!("`{shown}` is a directory")));
+        }
+        Some((FileType::Symlink, _)) => return Err(moved(shown)),
+        Some((kind, _)) => return Err(special(shown, beneath::kind_name(kind))),
+    };
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}{TMP_SUFFIX}",
+    let mut tmp = OsString::from(".");
+    tmp.push(&name);
+    tmp.push(format!(
+        ".{}.{}{TMP_SUFFIX}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = write_then_rename(&tmp, path, bytes).await;
-    if result.is_err() {
-        let _ = tokio::fs::remove_file(&tmp).await;
+    workspace.own_writes().record(&at.abs, bytes);
+    let result = beneath::atomic_write_at(dir.as_fd(), &name, &tmp, keep_mode, bytes);
+    if let Err(e) = result {
+        // The file kept its old content (the write is atomic).
+        workspace.own_writes().forget(&at.abs);
+        return Err(open_error(shown, e));
     }
-    result
+    Ok(keep_mode.is_some())
 }
 
-async fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let mut file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .await?;
-    file.write_all(bytes).await?;
-    file.sync_all().await?;
-    drop(file);
-    if let Ok(meta) = tokio::fs::metadata(path).await {
-        tokio::fs::set_permissions(tmp, meta.permissions()).await?;
+/// An open beneath the root failed: a symlink on the way is the path
+/// having changed since it was checked; anything else is plain I/O.
+pub(crate) fn open_error(shown: &str, e: std::io::Error) -> ToolError {
+    if matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() || code == rustix::io::Errno::XDEV.raw_os_error())
+    {
+        moved(shown)
+    } else {
+        io_error(shown, e)
     }
-    tokio::fs::rename(tmp, path).await
 }
 
 /// Length of a multi-byte character cut off at the end of `bytes`.

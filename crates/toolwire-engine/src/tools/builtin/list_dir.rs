@@ -1,15 +1,18 @@
 //! `list_dir`: what is in a directory of the workspace.
 
-use std::path::Path;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rustix::fs::FileType;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Workspace;
+use super::beneath;
 use super::common::{io_error, parse_args, report_location, spec};
+use super::workspace::Node;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Directories whose contents drown everything else in a recursive listing.
@@ -69,34 +72,33 @@ impl Tool for ListDir {
                 "max_entries must be at least 1".into(),
             ));
         }
-        let path = self
-            .workspace
-            .resolve(args.path.as_deref().unwrap_or("."))?;
-        let shown = self.workspace.display(&path);
-        let meta = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| io_error(&self.workspace, &path, e))?;
-        if !meta.is_dir() {
-            return Err(ToolError::Refused(format!(
-                "`{shown}` is not a directory; use read_file to read it"
-            )));
-        }
-        report_location(&ctx.progress, &path, None);
-        let mut listing = Listing {
+        let at = self.workspace.locate(args.path.as_deref().unwrap_or("."))?;
+        let progress = ctx.progress.clone();
+        let listing = Listing {
             recursive: args.recursive,
             max: args.max_entries,
             entries: Vec::new(),
             truncated: false,
             cancel: ctx.cancel.clone(),
         };
-        let walk_path = path.clone();
-        let listing = tokio::task::spawn_blocking(move || {
-            let result = listing.walk(&walk_path, "");
-            result.map(|()| listing)
-        })
-        .await
-        .map_err(|e| ToolError::Failed(format!("listing `{shown}` failed: {e}")))?
-        .map_err(|e| io_error(&self.workspace, &path, e))?;
+        let (listing, shown) = self
+            .workspace
+            .blocking(move |workspace| {
+                let shown = at.shown.as_str();
+                let dir = match workspace.open_node(&at)? {
+                    Node::Dir(dir) => dir,
+                    Node::File(..) => {
+                        return Err(ToolError::Refused(format!(
+                            "`{shown}` is not a directory; use read_file to read it"
+                        )));
+                    }
+                };
+                report_location(&progress, &at.abs, None);
+                let mut listing = listing;
+                listing.walk(&dir, "").map_err(|e| io_error(shown, e))?;
+                Ok((listing, at.shown))
+            })
+            .await?;
         if listing.cancel.is_cancelled() {
             return Err(ToolError::Cancelled);
         }
@@ -115,13 +117,13 @@ struct Listing {
 impl Listing {
     /// Depth-first with siblings sorted, so a cut listing is still the
     /// first entries in order.
-    fn walk(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
-        let mut children: Vec<_> = std::fs::read_dir(dir)?
-            .filter_map(Result::ok)
-            .map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry))
+    fn walk(&mut self, dir: &OwnedFd, prefix: &str) -> std::io::Result<()> {
+        let mut children: Vec<_> = beneath::entries(dir)?
+            .into_iter()
+            .map(|(name, kind)| (name.to_string_lossy().into_owned(), name, kind))
             .collect();
         children.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, entry) in children {
+        for (name, raw, kind) in children {
             if self.entries.len() >= self.max {
                 self.truncated = true;
                 return Ok(());
@@ -129,15 +131,18 @@ impl Listing {
             if self.cancel.is_cancelled() {
                 return Ok(());
             }
-            let kind = entry.file_type()?;
             let rel = format!("{prefix}{name}");
-            if kind.is_symlink() {
+            if kind == FileType::Symlink {
                 self.entries.push(format!("{rel}@"));
-            } else if kind.is_dir() {
+            } else if kind == FileType::Directory {
                 self.entries.push(format!("{rel}/"));
                 if self.recursive && !SKIPPED.contains(&name.as_str()) {
-                    // An unreadable subdirectory should not hide the rest.
-                    if let Err(e) = self.walk(&entry.path(), &format!("{rel}/")) {
+                    // Opened relative to its parent's fd without following
+                    // a symlink, so a swap cannot lead the walk outside. An
+                    // unreadable subdirectory should not hide the rest.
+                    let walked = beneath::open_subdir(dir, &raw)
+                        .and_then(|sub| self.walk(&sub, &format!("{rel}/")));
+                    if let Err(e) = walked {
                         self.entries.push(format!("{rel}/ [unreadable: {e}]"));
                     }
                 }

@@ -1,13 +1,17 @@
 //! Built-in tools, confined to a workspace root.
 //!
 //! Every path argument goes through [`Workspace::resolve`] before any file
-//! is touched, so the sandbox rule lives in one place. `run_command` is the
+//! is touched, so the sandbox rule lives in one place; the file is then
+//! opened relative to the root's fd with the kernel refusing to leave it
+//! (`beneath.rs`), so a path changed after the check cannot escape either,
+//! and blocking file work runs a few at a time ([`Workspace`]). `run_command` is the
 //! exception by nature: it confines only its working directory, not what
 //! the shell does. Its background commands live in [`BackgroundTasks`],
 //! shown by `task_status`. `update_plan` touches nothing: it keeps the
 //! model's task list in the conversation.
 
 mod apply_diff;
+mod beneath;
 pub(crate) mod common;
 mod diff;
 mod list_dir;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use std::io::{BufRead, BufReader, Read as _};
 
 use super::Workspace;
-use super::common::{io_error, parse_args, report_location, spec};
+use super::common::{io_error, looks_binary, parse_args, report_location, spec};
+use super::workspace::Node;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Caps what one call puts into the model's context.
@@ -66,27 +67,33 @@ impl Tool for ReadFile {
                 "offset and limit start at 1 (lines are numbered from 1)".into(),
             ));
         }
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        let io = |e| io_error(&self.workspace, &path, e);
-        let meta = tokio::fs::metadata(&path).await.map_err(io)?;
-        if meta.is_dir() {
-            return Err(ToolError::Refused(format!(
-                "`{shown}` is a directory; use list_dir to see its entries"
-            )));
-        }
-        report_location(&ctx.progress, &path, args.offset);
-
-        let mut reader = BufReader::new(tokio::fs::File::open(&path).await.map_err(io)?);
-        if super::common::looks_binary(reader.fill_buf().await.map_err(io)?) {
-            return Err(not_text(&shown));
-        }
+        let at = self.workspace.locate(&args.path)?;
+        let progress = ctx.progress.clone();
         let window = Window {
             first: args.offset.unwrap_or(1),
             limit: args.limit,
         };
-        let read = window.read(&mut reader).await.map_err(io)?;
-        read.into_output(&shown, &window)
+        self.workspace
+            .blocking(move |workspace| {
+                let shown = at.shown.as_str();
+                let file = match workspace.open_node(&at)? {
+                    Node::File(file, _) => file,
+                    Node::Dir(_) => {
+                        return Err(ToolError::Refused(format!(
+                            "`{shown}` is a directory; use list_dir to see its entries"
+                        )));
+                    }
+                };
+                report_location(&progress, &at.abs, args.offset);
+                let io = |e| io_error(shown, e);
+                let mut reader = BufReader::new(file);
+                if looks_binary(reader.fill_buf().map_err(io)?) {
+                    return Err(not_text(shown));
+                }
+                let read = window.read(&mut reader).map_err(io)?;
+                read.into_output(shown, &window)
+            })
+            .await
     }
 }
 
@@ -118,22 +125,14 @@ struct Read {
 }
 
 impl Window {
-    async fn read<R: tokio::io::AsyncBufRead + Unpin>(
-        &self,
-        reader: &mut R,
-    ) -> std::io::Result<Read> {
+    fn read<R: BufRead>(&self, reader: &mut R) -> std::io::Result<Read> {
         let mut bytes = Vec::new();
         let mut buf = Vec::new();
         let mut line = 1u64;
         let mut mid_line = false;
         loop {
             buf.clear();
-            if (&mut *reader)
-                .take(CHUNK)
-                .read_until(b'\n', &mut buf)
-                .await?
-                == 0
-            {
+            if (&mut *reader).take(CHUNK).read_until(b'\n', &mut buf)? == 0 {
                 let lines = if mid_line { line } else { line - 1 };
                 return Ok(Read {
                     bytes,

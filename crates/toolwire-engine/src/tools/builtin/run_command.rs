@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Workspace;
-use super::common::{io_error, parse_args, spec, unfinished_char};
+use super::common::{parse_args, spec, unfinished_char};
 use super::tasks::BackgroundTasks;
+use super::workspace::Node;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const DEFAULT_TIMEOUT: u64 = 120;
@@ -106,17 +107,20 @@ impl Tool for RunCommand {
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args = CommandArgs::parse(arguments)?;
-        let cwd = self.workspace.resolve(args.cwd.as_deref().unwrap_or("."))?;
-        match tokio::fs::metadata(&cwd).await {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(ToolError::Refused(format!(
+        // Checked beneath the root's fd like the file tools' paths (a FIFO
+        // named as cwd is refused, not waited on); the command itself is
+        // confined by the sandbox, not by where it starts.
+        let at = self.workspace.locate(args.cwd.as_deref().unwrap_or("."))?;
+        let cwd = at.abs.clone();
+        self.workspace
+            .blocking(move |workspace| match workspace.open_node(&at)? {
+                Node::Dir(_) => Ok(()),
+                Node::File(..) => Err(ToolError::Refused(format!(
                     "cwd `{}` is not a directory",
-                    self.workspace.display(&cwd)
-                )));
-            }
-            Err(e) => return Err(io_error(&self.workspace, &cwd, e)),
-        }
+                    at.shown
+                ))),
+            })
+            .await?;
 
         if args.background {
             // Refused before anything starts.

@@ -1,5 +1,8 @@
 //! `search`: a regex over the text files of the workspace.
 
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,8 +14,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolwire_core::{Location, Progress};
 
+use rustix::fs::{FileType, OFlags};
+
 use super::Workspace;
-use super::common::{floor_char_boundary, io_error, location, looks_binary, parse_args, spec};
+use super::beneath;
+use super::common::{floor_char_boundary, location, looks_binary, parse_args, spec};
+use super::workspace::{Located, Node};
 use crate::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Matches shown as locations to an editor; more would be noise.
@@ -81,13 +88,7 @@ impl Tool for Search {
         }
         let regex = Regex::new(&args.pattern)
             .map_err(|e| ToolError::InvalidArguments(format!("bad pattern: {e}")))?;
-        let root = self
-            .workspace
-            .resolve(args.path.as_deref().unwrap_or("."))?;
-        tokio::fs::metadata(&root)
-            .await
-            .map_err(|e| io_error(&self.workspace, &root, e))?;
-        let walker = walker(&root, args.glob.as_deref())?;
+        let at = self.workspace.locate(args.path.as_deref().unwrap_or("."))?;
         let run = Run {
             workspace: self.workspace.clone(),
             regex,
@@ -95,21 +96,80 @@ impl Tool for Search {
             progress: ctx.progress.clone(),
             cancel: ctx.cancel.clone(),
         };
-        let found = tokio::task::spawn_blocking(move || run.search(walker))
-            .await
-            .map_err(|e| ToolError::Failed(format!("search failed: {e}")))??;
+        let glob = args.glob.clone();
+        let found = self
+            .workspace
+            .blocking(move |workspace| {
+                // A FIFO, device or socket is refused by name; a file or
+                // directory is searched.
+                workspace.open_node(&at)?;
+                check_ignore_files(&workspace, &at)?;
+                let walker = walker(&workspace, &at.abs, glob.as_deref())?;
+                run.search(walker)
+            })
+            .await?;
         Ok(ToolOutput::ok(
             found.render(&args.pattern, args.max_results),
         ))
     }
 }
 
-fn walker(root: &Path, glob: Option<&str>) -> Result<WalkBuilder, ToolError> {
+/// The walker reads `.gitignore` and `.ignore` files by path, in the
+/// searched directory and its parents; one that is a FIFO would block it
+/// for good. Those the walk will read below are checked as it goes
+/// ([`Run::search`]'s entry filter).
+fn check_ignore_files(workspace: &Workspace, at: &Located) -> Result<(), ToolError> {
+    let mut dir = Some(at.rel.as_path());
+    while let Some(rel) = dir {
+        if let Some(kind) = odd_ignore_file(workspace, rel) {
+            let shown = workspace.display(&workspace.root().join(rel));
+            return Err(ToolError::Refused(format!(
+                "`{shown}` holds an ignore file that is {kind}; search only reads regular files"
+            )));
+        }
+        dir = rel.parent();
+    }
+    Ok(())
+}
+
+/// An ignore file in the directory `rel` (relative to the root) that is
+/// neither missing nor a regular file: what it is.
+fn odd_ignore_file(workspace: &Workspace, rel: &Path) -> Option<&'static str> {
+    let dir = beneath::open(workspace.dir(), rel, OFlags::PATH | OFlags::DIRECTORY).ok()?;
+    [".gitignore", ".ignore", ".git/info/exclude"]
+        .iter()
+        .find_map(
+            |name| match beneath::kind_at(dir.as_fd(), OsStr::new(name)) {
+                Ok(Some((FileType::RegularFile, _))) | Ok(None) => None,
+                Ok(Some((kind, _))) => Some(beneath::kind_name(kind)),
+                Err(_) => None,
+            },
+        )
+}
+
+fn walker(
+    workspace: &Workspace,
+    root: &Path,
+    glob: Option<&str>,
+) -> Result<WalkBuilder, ToolError> {
     let mut builder = WalkBuilder::new(root);
     // .gitignore applies even when the workspace is not a git checkout.
+    // Symlinks are never followed (the default, said here because the
+    // confinement depends on it).
     builder
         .require_git(false)
+        .follow_links(false)
         .sort_by_file_name(|a, b| a.cmp(b));
+    // A directory whose ignore file is a FIFO (or device) is skipped, not
+    // entered: the walker would block reading it.
+    let workspace = workspace.clone();
+    builder.filter_entry(move |entry| {
+        !entry.file_type().is_some_and(|t| t.is_dir())
+            || entry
+                .path()
+                .strip_prefix(workspace.root())
+                .is_ok_and(|rel| odd_ignore_file(&workspace, rel).is_none())
+    });
     if let Some(glob) = glob {
         let bad = |e: ignore::Error| ToolError::InvalidArguments(format!("bad glob `{glob}`: {e}"));
         let mut overrides = OverrideBuilder::new(root);
@@ -146,9 +206,6 @@ impl Run {
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 continue;
             }
-            if entry.metadata().is_ok_and(|m| m.len() > MAX_FILE) {
-                continue;
-            }
             self.search_file(entry.path(), &mut found);
             if found.capped {
                 break;
@@ -162,10 +219,29 @@ impl Run {
         Ok(found)
     }
 
+    /// Reads the file through the workspace's fd like read_file does, so a
+    /// directory swapped for a symlink mid-walk leads nowhere and a FIFO
+    /// is never opened for reading. Unreadable files are skipped like
+    /// grep -s does.
     fn search_file(&self, path: &Path, found: &mut Found) {
-        let Ok(bytes) = std::fs::read(path) else {
+        let Ok(rel) = path.strip_prefix(self.workspace.root()) else {
             return;
         };
+        let at = Located {
+            abs: path.to_path_buf(),
+            rel: rel.to_path_buf(),
+            shown: String::new(),
+        };
+        let Ok(Node::File(file, len)) = self.workspace.open_node(&at) else {
+            return;
+        };
+        if len > MAX_FILE {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if file.take(MAX_FILE).read_to_end(&mut bytes).is_err() {
+            return;
+        }
         if looks_binary(&bytes) {
             return;
         }

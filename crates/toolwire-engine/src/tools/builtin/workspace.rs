@@ -2,17 +2,30 @@
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use tokio::sync::Semaphore;
+
+use super::beneath;
+use super::common::open_error;
 use crate::tools::ToolError;
 use crate::watch::OwnWrites;
+
+/// Blocking file work the tools may have in flight at once. A stuck file
+/// system then stalls at most this many of tokio's blocking threads (512
+/// by default), never all of them; further calls wait their turn.
+const FILE_WORKERS: usize = 8;
 
 /// A directory the built-in tools may not leave.
 ///
 /// The root is canonical, so a resolved path is inside the workspace exactly
 /// when it starts with the root: no symlink or `..` can hide in the root
-/// itself.
+/// itself. That check is by name; the tools then open what it named
+/// relative to the root's directory fd, held from the start, with the
+/// kernel refusing to leave it ([`beneath`]), so a path swapped after the
+/// check fails instead of escaping.
 ///
 /// It also keeps the [`OwnWrites`] registry: what the file tools wrote,
 /// so that the file watcher does not report the agent's own writes back to
@@ -20,7 +33,20 @@ use crate::watch::OwnWrites;
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    dir: Arc<OwnedFd>,
     own_writes: Arc<OwnWrites>,
+    file_work: Arc<Semaphore>,
+}
+
+/// A path the model gave, checked by [`Workspace::resolve`].
+#[derive(Debug, Clone)]
+pub(crate) struct Located {
+    /// Absolute, canonical: what the editor and the file watcher see.
+    pub abs: PathBuf,
+    /// Relative to the root, no `..`, no symlink: what is opened.
+    pub rel: PathBuf,
+    /// As the model should see it (relative to the root).
+    pub shown: String,
 }
 
 impl Workspace {
@@ -36,10 +62,68 @@ impl Workspace {
                 given.display()
             )));
         }
+        let dir = std::fs::File::open(&root).map_err(|source| ToolError::Io {
+            path: given.display().to_string(),
+            source,
+        })?;
         Ok(Workspace {
             root,
+            dir: Arc::new(OwnedFd::from(dir)),
             own_writes: Arc::default(),
+            file_work: Arc::new(Semaphore::new(FILE_WORKERS)),
         })
+    }
+
+    /// The root's directory fd, opened once: every open starts here.
+    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// [`resolve`](Self::resolve), with the path relative to the root that
+    /// the tools open beneath it.
+    pub(crate) fn locate(&self, user_path: &str) -> Result<Located, ToolError> {
+        let abs = self.resolve(user_path)?;
+        let rel = abs
+            .strip_prefix(&self.root)
+            .map_err(|_| outside(user_path))?
+            .to_path_buf();
+        let shown = self.display(&abs);
+        Ok(Located { abs, rel, shown })
+    }
+
+    /// Opens what `at` names without following any symlink and without
+    /// opening a FIFO, device or socket: a regular file or a directory, or
+    /// a refusal naming what it is (blocking; run it in [`Self::blocking`]).
+    pub(crate) fn open_node(&self, at: &Located) -> Result<Node, ToolError> {
+        match beneath::open_node(self.dir(), &at.rel).map_err(|e| open_error(&at.shown, e))? {
+            beneath::Opened::File(file, len) => Ok(Node::File(file, len)),
+            beneath::Opened::Dir(dir) => Ok(Node::Dir(dir)),
+            beneath::Opened::Special(kind) => Err(special(&at.shown, kind)),
+            beneath::Opened::Moved => Err(moved(&at.shown)),
+            beneath::Opened::Missing(e) => Err(io_error(&at.shown, e)),
+        }
+    }
+
+    /// Runs blocking file work on tokio's blocking pool, at most
+    /// [`FILE_WORKERS`] at a time for this workspace.
+    pub(crate) async fn blocking<T, F>(&self, work: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Workspace) -> Result<T, ToolError> + Send + 'static,
+    {
+        let permit = self
+            .file_work
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ToolError::Failed("the file tools are shut down".into()))?;
+        let workspace = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work(workspace)
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("file operation failed: {e}")))?
     }
 
     pub fn root(&self) -> &Path {
@@ -137,11 +221,35 @@ fn is_missing(e: &io::Error) -> bool {
     )
 }
 
-fn io_error(user_path: &str, source: io::Error) -> ToolError {
+pub(crate) fn io_error(user_path: &str, source: io::Error) -> ToolError {
     ToolError::Io {
         path: user_path.to_owned(),
         source,
     }
+}
+
+/// What [`Workspace::open_node`] found.
+#[derive(Debug)]
+pub(crate) enum Node {
+    /// A regular file open for reading, and its length.
+    File(std::fs::File, u64),
+    Dir(OwnedFd),
+}
+
+/// A FIFO, device or socket: reading one could block forever or never end.
+pub(crate) fn special(shown: &str, kind: &str) -> ToolError {
+    ToolError::Refused(format!(
+        "`{shown}` is {kind}, not a regular file or directory; the file tools do not open it"
+    ))
+}
+
+/// The path changed after it was checked, so that opening it would follow
+/// a symlink (perhaps out of the workspace).
+pub(crate) fn moved(shown: &str) -> ToolError {
+    ToolError::Refused(format!(
+        "`{shown}` changed while it was being opened (a symbolic link appeared on it); \
+         refusing to follow it"
+    ))
 }
 
 fn outside(user_path: &str) -> ToolError {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Workspace;
-use super::common::{io_error, parse_args, report_location, spec, tracked_write};
+use super::common::{parse_args, report_location, spec, write_beneath};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub struct WriteFile {
@@ -51,29 +51,18 @@ impl Tool for WriteFile {
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(arguments)?;
-        let path = self.workspace.resolve(&args.path)?;
-        let shown = self.workspace.display(&path);
-        let io = |e| io_error(&self.workspace, &path, e);
-        let existed = match tokio::fs::metadata(&path).await {
-            Ok(meta) if meta.is_dir() => {
-                return Err(ToolError::Refused(format!("`{shown}` is a directory")));
-            }
-            Ok(_) => true,
-            Err(_) => false,
-        };
-        report_location(&ctx.progress, &path, None);
-        if let Some(parent) = path.parent() {
-            // Resolution already proved every missing component lies under
-            // the root, so creating them cannot leave it.
-            tokio::fs::create_dir_all(parent).await.map_err(io)?;
-        }
-        tracked_write(&self.workspace, &path, args.content.as_bytes())
-            .await
-            .map_err(io)?;
+        let at = self.workspace.locate(&args.path)?;
+        report_location(&ctx.progress, &at.abs, None);
+        let shown = at.shown.clone();
+        let len = args.content.len();
+        let existed = self
+            .workspace
+            .blocking(move |workspace| write_beneath(&workspace, &at, args.content.as_bytes()))
+            .await?;
         let verb = if existed { "overwrote" } else { "created" };
         Ok(ToolOutput::ok(format!(
             "{verb} `{shown}`: wrote {} bytes",
-            args.content.len()
+            len
         )))
     }
 }
