@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, ToolCallId};
+use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, MessageId, ToolCallId};
 
 use crate::error::ApiResult;
 use crate::letta::agents::AgentRecord;
@@ -145,6 +145,72 @@ pub async fn tree(state: &AppState, id: ConversationId, last_seq: u64) -> ApiRes
         "last_seq": last_seq,
         "nodes": nodes,
     }))
+}
+
+/// The `MessageView`s of messages `ids` of conversation `id`, in the
+/// order asked, from one read of the conversation (a view per request
+/// read the path to each message: a page of a long conversation asked for
+/// thousands). `Err(id)` names an id that is not one of its messages.
+pub async fn message_views(
+    state: &AppState,
+    id: ConversationId,
+    ids: &[MessageId],
+) -> ApiResult<Result<Vec<Value>, MessageId>> {
+    let messages = state.store().messages(id).await?;
+    let by_id: HashMap<MessageId, &Message> = messages.iter().map(|m| (m.id, m)).collect();
+    let children = children_of(&messages);
+    let roots: Vec<&Message> = messages.iter().filter(|m| m.parent_id.is_none()).collect();
+    let mut views = Vec::with_capacity(ids.len());
+    for wanted in ids {
+        let Some(message) = by_id.get(wanted).copied() else {
+            return Ok(Err(*wanted));
+        };
+        let names = answered_names(message, &by_id);
+        let kids = children.get(&message.id).map_or(&[][..], Vec::as_slice);
+        let mut view = node(message, kids, &names);
+        let siblings = match message.parent_id {
+            Some(parent) => children.get(&parent).map_or(&[][..], Vec::as_slice),
+            None => &roots[..],
+        };
+        view["content_blocks"] = json!(message.content);
+        view["siblings"] = json!({
+            "index": siblings.iter().position(|s| s.id == message.id).unwrap_or(0),
+            "ids": siblings.iter().map(|s| s.id).collect::<Vec<_>>(),
+        });
+        views.push(view);
+    }
+    Ok(Ok(views))
+}
+
+/// The names of the calls `message` answers, from the nearest ancestors
+/// that made them (usually its parent): as the path gives them, without
+/// walking the whole path.
+fn answered_names<'a>(
+    message: &'a Message,
+    by_id: &HashMap<MessageId, &'a Message>,
+) -> HashMap<&'a ToolCallId, &'a str> {
+    let mut wanted: Vec<&ToolCallId> = message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+            _ => None,
+        })
+        .collect();
+    let mut names = HashMap::new();
+    let mut at = message.parent_id;
+    while !wanted.is_empty()
+        && let Some(ancestor) = at.and_then(|p| by_id.get(&p).copied())
+    {
+        for (call, _, name, _) in ancestor.tool_uses() {
+            if let Some(i) = wanted.iter().position(|w| *w == call) {
+                wanted.swap_remove(i);
+                names.insert(call, name);
+            }
+        }
+        at = ancestor.parent_id;
+    }
+    names
 }
 
 /// `MessageView` of `message`.
