@@ -657,6 +657,46 @@ mod tests {
     }
 
     #[test]
+    fn serve_hosts_origins_and_limits_come_from_the_file() {
+        let settings = resolve(
+            "allowed_hosts = [\"toolwire.example.com\"]\n\
+             allowed_origins = [\"https://ui.example.com\"]\n\
+             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n",
+        )
+        .unwrap();
+        let http = &settings.http;
+        assert_eq!(http.allowed_hosts, ["toolwire.example.com"]);
+        assert_eq!(http.allowed_origins, ["https://ui.example.com"]);
+        assert_eq!(http.max_connections, 64);
+        assert_eq!(http.header_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(http.idle_timeout, std::time::Duration::from_secs(7));
+        let defaults = resolve("").unwrap().http;
+        assert_eq!(defaults.max_connections, 512);
+        assert_eq!(defaults.header_timeout, std::time::Duration::from_secs(10));
+        assert_eq!(defaults.idle_timeout, std::time::Duration::from_secs(30));
+        for (toml, says) in [
+            (
+                "max_connections = 0\n",
+                "max_connections must be at least 1",
+            ),
+            (
+                "header_timeout_secs = 0\n",
+                "header_timeout_secs must be at least 1",
+            ),
+            (
+                "idle_timeout_secs = 0\n",
+                "idle_timeout_secs must be at least 1",
+            ),
+        ] {
+            let Err(error) = resolve(toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
+    }
+
+    #[test]
     fn an_mcp_url_that_is_not_valid_is_not_echoed() {
         let toml = "[mcp_servers.web]\nurl = \"ftp://user:s3cret@example.com/mcp?key=s3cret\"\n";
         let Err(error) = resolve(toml) else {

@@ -422,9 +422,10 @@ test('a reload during a running turn shows the turn where it is, then its end', 
 // for its messages in batches, not one request per card, and draws the
 // branch from its end.
 test('a conversation with thousands of tool calls loads in a few batched requests', async (t) => {
-  // TOOLWIRE_BROWSER_LONG_STEPS=100 makes it 10,000 (docs/performance.md).
+  // TOOLWIRE_BROWSER_LONG_STEPS=40 TOOLWIRE_BROWSER_LONG_CALLS=250 makes
+  // it 10,000 (docs/performance.md; a turn has at most 50 steps).
   const STEPS = Number(process.env.TOOLWIRE_BROWSER_LONG_STEPS || 20);
-  const CALLS = 100;
+  const CALLS = Number(process.env.TOOLWIRE_BROWSER_LONG_CALLS || 100);
   const steps = [];
   for (let s = 0; s < STEPS; s++) {
     const calls = [];

@@ -1009,8 +1009,10 @@
       S.order.push(id);
       const parent = f.parent_id && S.nodes.get(f.parent_id);
       if (parent && !parent.children.includes(id)) parent.children.push(id);
-      // One more drawn: a new message does not push an older one out.
-      S.shown += 1;
+      // A reader up in the history keeps what is drawn (one more is
+      // drawn); at the end, the window moves on with the turn.
+      const scroller = $('scroller');
+      if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight >= 60) S.shown += 1;
     }
     S.views.set(id, Object.assign({}, S.nodes.get(id), { content_blocks: f.content_blocks || [], source: f.source }));
     S.tree.active_leaf = id;
@@ -1037,8 +1039,9 @@
         S.pending.delete(b.tool_use_id);
       }
     }
-    renderBranch();
-    renderTree();
+    // Drawn once per frame: a step with many calls stores their results
+    // in a burst.
+    scheduleBranch();
   }
 
   const RANK = { pending: 0, executing: 1, in_progress: 1, completed: 2, failed: 2 };
