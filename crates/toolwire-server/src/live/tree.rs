@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, MessageId, ToolCallId};
 
+use toolwire_store::StoreError;
+
 use crate::error::ApiResult;
 use crate::letta::agents::AgentRecord;
 use crate::state::AppState;
@@ -148,34 +150,67 @@ pub async fn tree(state: &AppState, id: ConversationId, last_seq: u64) -> ApiRes
 }
 
 /// The `MessageView`s of messages `ids` of conversation `id`, in the
-/// order asked, from one read of the conversation (a view per request
-/// read the path to each message: a page of a long conversation asked for
-/// thousands). `Err(id)` names an id that is not one of its messages.
+/// order asked. A view per request read the path to each message: a page
+/// of a long conversation asked for thousands. Here the messages come
+/// from the paths to the deepest ones (a batch from one branch is one
+/// path read, which the store keeps for long paths) and their children
+/// are read per message (an index lookup), never the whole conversation.
+/// `Err(id)` names an id that is not one of its messages.
 pub async fn message_views(
     state: &AppState,
     id: ConversationId,
     ids: &[MessageId],
 ) -> ApiResult<Result<Vec<Value>, MessageId>> {
-    let messages = state.store().messages(id).await?;
-    let by_id: HashMap<MessageId, &Message> = messages.iter().map(|m| (m.id, m)).collect();
-    let children = children_of(&messages);
-    let roots: Vec<&Message> = messages.iter().filter(|m| m.parent_id.is_none()).collect();
+    let store = state.store();
+    let mut by_id: HashMap<MessageId, Message> = HashMap::new();
+    // Deepest first: the page asks in branch order, so the last id's path
+    // holds the others.
+    for wanted in ids.iter().rev() {
+        if by_id.contains_key(wanted) {
+            continue;
+        }
+        let path = match store.path_to(*wanted).await {
+            Ok(path) => path,
+            Err(StoreError::MessageNotFound(_)) => return Ok(Err(*wanted)),
+            Err(e) => return Err(e.into()),
+        };
+        if path
+            .last()
+            .is_none_or(|m| m.conversation_id != id || m.id != *wanted)
+        {
+            return Ok(Err(*wanted));
+        }
+        for message in path {
+            by_id.entry(message.id).or_insert(message);
+        }
+    }
+    let refs: HashMap<MessageId, &Message> = by_id.iter().map(|(k, v)| (*k, v)).collect();
+    let mut children: HashMap<MessageId, Vec<Message>> = HashMap::new();
     let mut views = Vec::with_capacity(ids.len());
     for wanted in ids {
-        let Some(message) = by_id.get(wanted).copied() else {
+        let Some(message) = refs.get(wanted).copied() else {
             return Ok(Err(*wanted));
         };
-        let names = answered_names(message, &by_id);
-        let kids = children.get(&message.id).map_or(&[][..], Vec::as_slice);
-        let mut view = node(message, kids, &names);
-        let siblings = match message.parent_id {
-            Some(parent) => children.get(&parent).map_or(&[][..], Vec::as_slice),
-            None => &roots[..],
+        for of in [Some(message.id), message.parent_id].into_iter().flatten() {
+            if !children.contains_key(&of) {
+                children.insert(of, store.children(of).await?);
+            }
+        }
+        let names = answered_names(message, &refs);
+        let kids: Vec<&Message> = children
+            .get(&message.id)
+            .map_or(Vec::new(), |c| c.iter().collect());
+        let mut view = node(message, &kids, &names);
+        let siblings: Vec<MessageId> = match message.parent_id {
+            Some(parent) => children
+                .get(&parent)
+                .map_or(Vec::new(), |c| c.iter().map(|m| m.id).collect()),
+            None => vec![message.id],
         };
         view["content_blocks"] = json!(message.content);
         view["siblings"] = json!({
-            "index": siblings.iter().position(|s| s.id == message.id).unwrap_or(0),
-            "ids": siblings.iter().map(|s| s.id).collect::<Vec<_>>(),
+            "index": siblings.iter().position(|s| *s == message.id).unwrap_or(0),
+            "ids": siblings,
         });
         views.push(view);
     }
