@@ -192,8 +192,8 @@ pub async fn message_views(
             return Ok(Err(*wanted));
         };
         for of in [Some(message.id), message.parent_id].into_iter().flatten() {
-            if !children.contains_key(&of) {
-                children.insert(of, store.children(of).await?);
+            if let std::collections::hash_map::Entry::Vacant(entry) = children.entry(of) {
+                entry.insert(store.children(of).await?);
             }
         }
         let names = answered_names(message, &refs);
