@@ -124,6 +124,21 @@ struct FileConfig {
     /// Bearer keys `serve` accepts; without any it listens on loopback only.
     #[serde(default)]
     api_keys: Vec<String>,
+    /// Names `serve` answers to beyond localhost, 127.0.0.1, [::1] and its
+    /// listen address (`host` or `host:port`; `"*"`: any).
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    /// Web pages (`scheme://host[:port]`; `"*"`: any) that may change
+    /// state and open sockets on `serve` beyond its own page.
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    /// Connections `serve` keeps open at once (default 512).
+    max_connections: Option<usize>,
+    /// Seconds a request's head may take to arrive (default 10).
+    header_timeout_secs: Option<u64>,
+    /// Seconds a kept-alive connection may wait for its next request
+    /// (default 30).
+    idle_timeout_secs: Option<u64>,
     /// Seconds a Python-source tool may run (default 60).
     python_timeout_seconds: Option<u64>,
     /// Memory a Python-source tool may use, in MiB (default 512).
@@ -259,6 +274,47 @@ impl NotificationsFile {
     }
 }
 
+/// `serve`'s browser and connection settings, from the config file.
+#[derive(Debug, Clone)]
+pub struct HttpServerConfig {
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub max_connections: usize,
+    pub header_timeout: std::time::Duration,
+    pub idle_timeout: std::time::Duration,
+}
+
+impl HttpServerConfig {
+    fn from_file(file: &FileConfig) -> Result<HttpServerConfig> {
+        use toolwire_server::ServerSettings as D;
+        let positive = |key: &str, value: Option<u64>| -> Result<Option<u64>> {
+            match value {
+                Some(0) => bail!("{key} must be at least 1"),
+                other => Ok(other),
+            }
+        };
+        let seconds = |key: &str, value: Option<u64>, default| -> Result<std::time::Duration> {
+            Ok(positive(key, value)?.map_or(default, std::time::Duration::from_secs))
+        };
+        Ok(HttpServerConfig {
+            allowed_hosts: file.allowed_hosts.clone(),
+            allowed_origins: file.allowed_origins.clone(),
+            max_connections: positive("max_connections", file.max_connections.map(|n| n as u64))?
+                .map_or(D::DEFAULT_MAX_CONNECTIONS, |n| n as usize),
+            header_timeout: seconds(
+                "header_timeout_secs",
+                file.header_timeout_secs,
+                D::DEFAULT_HEADER_TIMEOUT,
+            )?,
+            idle_timeout: seconds(
+                "idle_timeout_secs",
+                file.idle_timeout_secs,
+                D::DEFAULT_IDLE_TIMEOUT,
+            )?,
+        })
+    }
+}
+
 /// Everything resolved.
 pub struct Settings {
     pub db: String,
@@ -277,6 +333,8 @@ pub struct Settings {
     /// Bearer keys `serve` accepts (the config file's, and
     /// `TOOLWIRE_API_KEYS`, comma-separated).
     pub api_keys: Vec<String>,
+    /// `serve`'s hosts, origins and connection limits.
+    pub http: HttpServerConfig,
     pub python: PythonLimits,
     /// `toolwire acp`'s settings (the `[acp]` table).
     pub acp: toolwire_acp::AcpSettings,
@@ -339,6 +397,10 @@ impl EngineArgs {
             Some(path) => format!("config file {} is not valid", path.display()),
             None => "the model limits are not valid".to_owned(),
         })?;
+        let http = HttpServerConfig::from_file(&file).with_context(|| match &self.config {
+            Some(path) => format!("config file {} is not valid", path.display()),
+            None => "the server settings are not valid".to_owned(),
+        })?;
         let model = self.model.clone().or(file.model);
         let script = self.script.clone().or(file.script);
         let explicit = self.provider.or(file.provider);
@@ -372,6 +434,7 @@ impl EngineArgs {
             })?;
         let defaults = EngineConfig::default();
         Ok(Settings {
+            http,
             db: self
                 .db
                 .clone()
@@ -713,6 +776,46 @@ mod tests {
                 message.contains("is not valid") && message.contains(says),
                 "{message}"
             );
+        }
+    }
+
+    #[test]
+    fn serve_hosts_origins_and_limits_come_from_the_file() {
+        let settings = resolve(
+            "allowed_hosts = [\"toolwire.example.com\"]\n\
+             allowed_origins = [\"https://ui.example.com\"]\n\
+             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n",
+        )
+        .unwrap();
+        let http = &settings.http;
+        assert_eq!(http.allowed_hosts, ["toolwire.example.com"]);
+        assert_eq!(http.allowed_origins, ["https://ui.example.com"]);
+        assert_eq!(http.max_connections, 64);
+        assert_eq!(http.header_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(http.idle_timeout, std::time::Duration::from_secs(7));
+        let defaults = resolve("").unwrap().http;
+        assert_eq!(defaults.max_connections, 512);
+        assert_eq!(defaults.header_timeout, std::time::Duration::from_secs(10));
+        assert_eq!(defaults.idle_timeout, std::time::Duration::from_secs(30));
+        for (toml, says) in [
+            (
+                "max_connections = 0\n",
+                "max_connections must be at least 1",
+            ),
+            (
+                "header_timeout_secs = 0\n",
+                "header_timeout_secs must be at least 1",
+            ),
+            (
+                "idle_timeout_secs = 0\n",
+                "idle_timeout_secs must be at least 1",
+            ),
+        ] {
+            let Err(error) = resolve(toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
         }
     }
 

@@ -11,6 +11,17 @@ use toolwire_server::{AppState, ServerSettings};
 use crate::config::EngineArgs;
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Browser safety and connection limits (config file keys):
+  allowed_hosts = [\"NAME\", \"NAME:PORT\"]  names the server also answers to
+      (always: localhost, 127.0.0.1, [::1] and the listen address; others get 403)
+  allowed_origins = [\"https://HOST\"]   web pages that may also send changes and
+      open WebSockets (always: the server's own page; clients that send no
+      Origin header, such as the SDKs and curl, are not affected)
+  max_connections = 512     connections at once; more wait to be accepted
+  header_timeout_secs = 10  time for a request's head to arrive
+  idle_timeout_secs = 30    time a kept-alive connection waits for a request
+JSON bodies must be sent as Content-Type: application/json (else 415).")]
 pub struct ServeArgs {
     /// Address to listen on. Without API keys (api_keys in the config, or
     /// TOOLWIRE_API_KEYS) only a loopback address is allowed.
@@ -30,6 +41,11 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     let server = ServerSettings {
         api_keys: settings.api_keys.clone(),
         python: settings.python.clone(),
+        allowed_hosts: settings.http.allowed_hosts.clone(),
+        allowed_origins: settings.http.allowed_origins.clone(),
+        max_connections: settings.http.max_connections,
+        header_timeout: settings.http.header_timeout,
+        idle_timeout: settings.http.idle_timeout,
         ..ServerSettings::default()
     };
     // Refused before the engine starts, so a bad address costs nothing.

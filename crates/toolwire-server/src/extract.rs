@@ -3,16 +3,20 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
 /// A JSON body. An empty body reads as `{}` (Letta's SDKs send none on
-/// some PATCH and POST calls). Text with a NUL character (U+0000) is
-/// refused: PostgreSQL cannot store it, and stored text must not depend on
-/// the backend.
+/// some PATCH and POST calls). Any other body must come as JSON
+/// (`application/json`, or `application/*+json`): a web page may send
+/// `text/plain` (or a form) anywhere without asking, so JSON under such a
+/// type is refused (415). Text with a NUL character (U+0000) is refused:
+/// PostgreSQL cannot store it, and stored text must not depend on the
+/// backend.
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
@@ -20,6 +24,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req.headers().get(CONTENT_TYPE).cloned();
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             let status = e.status();
             if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -31,6 +36,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
+            check_json_type(content_type.as_ref())?;
             &bytes
         };
         if has_nul(text) {
@@ -48,6 +54,35 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             )
         })
     }
+}
+
+/// Refuses a body whose `Content-Type` is not JSON's.
+fn check_json_type(content_type: Option<&HeaderValue>) -> Result<(), ApiError> {
+    let given = content_type.map(|v| v.to_str().unwrap_or("(not ASCII)"));
+    let essence = given
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let json = essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json") && !sub.contains('/'));
+    if json {
+        return Ok(());
+    }
+    let got = match given {
+        Some(v) => format!("`{}`", v.chars().take(100).collect::<String>()),
+        None => "no Content-Type".to_owned(),
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UNSUPPORTED_MEDIA_TYPE",
+        format!(
+            "the request body must be sent as `Content-Type: application/json` (got {got}): \
+             JSON under another type is refused, as a web page can send that to any server \
+             without asking"
+        ),
+    ))
 }
 
 /// Whether the JSON `text` has a string (or key) with U+0000 in it. JSON

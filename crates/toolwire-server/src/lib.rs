@@ -5,23 +5,29 @@
 //! client-side tools), the live conversation view's API ([`live`]:
 //! conversation trees over REST, each conversation's events and its
 //! turn's control over a WebSocket, as `src/live/PROTOCOL.md` says), its
-//! OpenAPI document, API keys, and the server's life (bind, serve,
-//! graceful shutdown).
+//! OpenAPI document, API keys, browser origin safety ([`origin`]), and the
+//! server's life (bind, serve within connection limits, graceful
+//! shutdown).
 //!
 //! **Invariants.** Letta's JSON shapes are built here and only here, from
 //! core types; the engine never sees them. A request that cannot be served
 //! gets a JSON error with a status, a code and a message before any byte
 //! of a stream; nothing a request does can lose stored data. Without API
-//! keys the server refuses to listen beyond loopback.
+//! keys the server refuses to listen beyond loopback. No request reaches a
+//! route unless its `Host` names this server, and none changes state or
+//! opens a socket from a web page other than the server's own (or a
+//! configured one).
 //!
 //! **Entry points.** [`router`], [`serve`], [`AppState`], [`ServerSettings`].
 
 mod auth;
+mod connections;
 pub mod error;
 mod extract;
 pub mod letta;
 pub mod live;
 mod openapi;
+pub mod origin;
 mod state;
 
 use std::future::Future;
@@ -30,7 +36,6 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use tower::Layer;
 use tower_http::normalize_path::NormalizePathLayer;
 
@@ -53,6 +58,8 @@ pub enum ServeError {
     },
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Policy(#[from] origin::PolicyError),
 }
 
 /// Every route, with API keys checked on `/v1` and JSON errors for
@@ -115,6 +122,13 @@ pub async fn serve(
     if state.settings.api_keys.is_empty() && !addr.ip().is_loopback() {
         return Err(ServeError::Unprotected(addr));
     }
+    let settings = &state.settings;
+    let policy = origin::Policy::new(addr, &settings.allowed_hosts, &settings.allowed_origins)?;
+    let limits = connections::Limits {
+        max_connections: settings.max_connections,
+        header_timeout: settings.header_timeout,
+        idle_timeout: settings.idle_timeout,
+    };
     if let Err(e) = letta::agents::index_owners(&state).await {
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
     }
@@ -126,27 +140,21 @@ pub async fn serve(
         shutdown.await;
         token.cancel();
     };
+    // Hosts and origins are checked before anything else, the page and
+    // unknown routes included.
+    let app = router(state).layer(axum::middleware::from_fn_with_state(
+        std::sync::Arc::new(policy),
+        origin::guard,
+    ));
     // Trailing slashes are trimmed before routing (`/v1/agents/` is
     // `/v1/agents`), as Letta's SDKs send some paths with one.
-    let app = NormalizePathLayer::trim_trailing_slash().layer(router(state));
-    // TCP_NODELAY: a stream's events are small writes, and with Nagle's
-    // algorithm each one after the first waited for the client's ACK,
-    // which a client delays by up to 40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        axum::ServiceExt::<Request>::into_make_service(app),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let app = NormalizePathLayer::trim_trailing_slash().layer(app);
+    connections::serve(listener, app, limits, shutdown).await;
     Ok(())
 }
 
-/// Binds `addr`, refusing a non-loopback one when no key protects it.
+/// Binds `addr`, refusing a non-loopback one when no key protects it (and
+/// settings whose allowed hosts or origins are not valid).
 pub async fn bind(
     addr: SocketAddr,
     settings: &ServerSettings,
@@ -154,6 +162,7 @@ pub async fn bind(
     if settings.api_keys.is_empty() && !addr.ip().is_loopback() {
         return Err(ServeError::Unprotected(addr));
     }
+    origin::Policy::new(addr, &settings.allowed_hosts, &settings.allowed_origins)?;
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })

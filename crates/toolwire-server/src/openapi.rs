@@ -188,6 +188,14 @@ const OPERATIONS: &[Operation] = &[
         "MessageView",
     ),
     (
+        "get",
+        "/v1/conversations/{conversation_id}/messages",
+        "get_conversation_messages",
+        "Several messages whole, in the order asked (ids: 1 to 200, comma-separated)",
+        None,
+        "MessageViewList",
+    ),
+    (
         "post",
         "/v1/conversations/{conversation_id}/messages",
         "send_conversation_message",
@@ -355,6 +363,13 @@ fn live_schemas() -> Map<String, Value> {
         ("Node", object(node_properties, &node_required)),
         ("MessageView", object(view_properties, &view_required)),
         (
+            "MessageViewList",
+            object(
+                json!({"messages": {"type": "array", "items": schema_ref("MessageView")}}),
+                &["messages"],
+            ),
+        ),
+        (
             "Tree",
             object(
                 json!({
@@ -474,6 +489,13 @@ fn query_parameters(id: &str) -> Vec<Value> {
             params
         }
         "list_messages" => page(),
+        "get_conversation_messages" => vec![json!({
+            "name": "ids",
+            "in": "query",
+            "required": true,
+            "schema": string(),
+            "description": "Message ids, comma-separated (1 to 200)",
+        })],
         "modify_approval" => vec![param(
             "requires_approval",
             json!({"type": "boolean"}),
@@ -719,7 +741,10 @@ pub(crate) fn build() -> Value {
         if let Some(links) = links(id) {
             op["responses"][ok_status(id)]["links"] = links;
         }
+        // Refusals of the browser checks (src/origin.rs, src/extract.rs).
+        op["responses"]["403"] = json!({"description": "The Host is not a name of this server, or a web page of another origin tried to change state", "content": {"application/json": {"schema": schema_ref("Error")}}});
         if let Some(request) = request {
+            op["responses"]["415"] = json!({"description": "A body not sent as application/json", "content": {"application/json": {"schema": schema_ref("Error")}}});
             op["requestBody"] = json!({
                 "required": BODY_REQUIRED.contains(id),
                 "content": {"application/json": {"schema": schema_ref(request)}},

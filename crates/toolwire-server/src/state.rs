@@ -19,6 +19,33 @@ pub struct ServerSettings {
     pub body_limit: usize,
     /// Seconds between keep-alive pings on a stream that asked for them.
     pub ping_interval: std::time::Duration,
+    /// Names (`host` or `host:port`; `*`: any) requests may be addressed
+    /// to beyond loopback and the listen address (`allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// Web pages (`scheme://host[:port]`; `*`: any) that may change state
+    /// and open sockets beyond the server's own (`allowed_origins`).
+    pub allowed_origins: Vec<String>,
+    /// Connections open at once; more wait to be accepted
+    /// (`max_connections`).
+    pub max_connections: usize,
+    /// How long a request's head may take to arrive
+    /// (`header_timeout_secs`).
+    pub header_timeout: std::time::Duration,
+    /// How long a kept-alive connection may wait for its next request
+    /// (`idle_timeout_secs`).
+    pub idle_timeout: std::time::Duration,
+}
+
+impl ServerSettings {
+    /// Half of the usual 1,024 file descriptors a process may open: the
+    /// rest stay for the database, tools and MCP servers.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+    /// A request's head is a few hundred bytes: ten seconds is generous
+    /// even on a bad network, and bounds a slowloris connection.
+    pub const DEFAULT_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+    /// Longer than the SDKs keep an unused connection (httpx: 5 s), so
+    /// that the server is seldom the one to close it under a request.
+    pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 }
 
 impl Default for ServerSettings {
@@ -28,6 +55,11 @@ impl Default for ServerSettings {
             python: PythonLimits::default(),
             body_limit: 8 * 1024 * 1024,
             ping_interval: std::time::Duration::from_secs(10),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
         }
     }
 }

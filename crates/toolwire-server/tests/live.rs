@@ -1005,3 +1005,73 @@ async fn an_agent_stored_without_its_owner_document_is_indexed_at_start() {
     assert_eq!(frames.last().unwrap()["reason"], "requires_approval");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn messages_come_in_batches_as_they_come_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(&dir, TWO_CALLS).await;
+    let id = agent_with(&s, DICE, false).await;
+    let sent = send(&s, &id, "Roll twice.").await;
+    settled_tree(&s, &id).await;
+    // A second branch: the question edited, answered again.
+    let user = sent["message_id"].as_str().unwrap();
+    let (status, body) = s
+        .call(
+            "POST",
+            &conv(&id, &format!("/messages/{user}/edit")),
+            Some(json!({"text": "Roll again."})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let tree = settled_tree(&s, &id).await;
+    let ids: Vec<String> = tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(ids.len() >= 8, "{tree}");
+    let mut one_by_one = Vec::new();
+    for mid in &ids {
+        let (status, view) = s
+            .call("GET", &conv(&id, &format!("/messages/{mid}")), None)
+            .await;
+        assert_eq!(status, 200, "{view}");
+        one_by_one.push(view);
+    }
+    // Any order, both branches in one batch.
+    let mut asked = ids.clone();
+    asked.reverse();
+    let (status, batch) = s
+        .call(
+            "GET",
+            &conv(&id, &format!("/messages?ids={}", asked.join(","))),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    one_by_one.reverse();
+    assert_eq!(batch["messages"].as_array().unwrap(), &one_by_one);
+
+    let (_, other) = s.call("POST", "/v1/conversations", None).await;
+    let (_, other_tree) = s
+        .call("GET", &conv(other["id"].as_str().unwrap(), "/tree"), None)
+        .await;
+    let foreign = other_tree["root_id"].as_str().unwrap();
+    let unknown = "01a201d7-f6c5-7124-836e-583bf0e142ea";
+    let too_many = vec![ids[0].as_str(); 201].join(",");
+    for (query, want, says) in [
+        (String::new(), 400, "give 1 to 200"),
+        (format!("{},not-an-id", ids[0]), 400, "not-an-id"),
+        (too_many, 400, "got 201"),
+        (format!("{},{unknown}", ids[0]), 404, unknown),
+        (foreign.to_owned(), 404, foreign),
+    ] {
+        let (status, body) = s
+            .call("GET", &conv(&id, &format!("/messages?ids={query}")), None)
+            .await;
+        assert_eq!(status, want, "{query}: {body}");
+        assert!(body["message"].as_str().unwrap().contains(says), "{body}");
+    }
+    s.stop().await;
+}

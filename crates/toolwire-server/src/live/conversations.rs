@@ -15,7 +15,7 @@ use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId};
 use toolwire_engine::{EngineError, Follower, TurnHandle};
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::Body;
+use crate::extract::{Body, Query};
 use crate::live::owner::{self, Owner};
 use crate::live::tree;
 use crate::state::AppState;
@@ -128,6 +128,50 @@ pub async fn message(
     let mid = path_message_id(&mid)?;
     let message = message_of(&state, id, mid).await?;
     Ok(Json(tree::message_view(&state, &message).await?))
+}
+
+/// Messages one batch may ask for.
+pub const MAX_BATCH: usize = 200;
+
+#[derive(Debug, Deserialize)]
+pub struct BatchQuery {
+    ids: String,
+}
+
+/// `GET /v1/conversations/{id}/messages?ids=A,B,…`: up to [`MAX_BATCH`]
+/// messages whole, in the order asked (what the page draws of a long
+/// conversation, in one request rather than one per message).
+pub async fn messages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<BatchQuery>,
+) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    let ids = query
+        .ids
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|text| {
+            text.parse::<MessageId>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "ids: `{}` is not a message id (a UUID)",
+                    clip_id(text)
+                ))
+            })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "ids: give 1 to {MAX_BATCH} message ids, comma-separated (got {})",
+            ids.len()
+        )));
+    }
+    state.store().conversation(id).await?;
+    match tree::message_views(&state, id, &ids).await? {
+        Ok(views) => Ok(Json(json!({"messages": views}))),
+        Err(missing) => Err(ApiError::not_found("message", &missing.to_string())),
+    }
 }
 
 #[derive(Debug, Deserialize)]

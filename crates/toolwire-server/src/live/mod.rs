@@ -36,7 +36,10 @@ pub fn routes() -> Router<AppState> {
             get(conversations::list).post(conversations::create),
         )
         .route("/v1/conversations/{id}/tree", get(conversations::tree))
-        .route("/v1/conversations/{id}/messages", post(conversations::send))
+        .route(
+            "/v1/conversations/{id}/messages",
+            get(conversations::messages).post(conversations::send),
+        )
         .route(
             "/v1/conversations/{id}/messages/{mid}",
             get(conversations::message),

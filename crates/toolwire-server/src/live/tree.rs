@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, ToolCallId};
+use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, MessageId, ToolCallId};
+
+use toolwire_store::StoreError;
 
 use crate::error::ApiResult;
 use crate::letta::agents::AgentRecord;
@@ -145,6 +147,105 @@ pub async fn tree(state: &AppState, id: ConversationId, last_seq: u64) -> ApiRes
         "last_seq": last_seq,
         "nodes": nodes,
     }))
+}
+
+/// The `MessageView`s of messages `ids` of conversation `id`, in the
+/// order asked. A view per request read the path to each message: a page
+/// of a long conversation asked for thousands. Here the messages come
+/// from the paths to the deepest ones (a batch from one branch is one
+/// path read, which the store keeps for long paths) and their children
+/// are read per message (an index lookup), never the whole conversation.
+/// `Err(id)` names an id that is not one of its messages.
+pub async fn message_views(
+    state: &AppState,
+    id: ConversationId,
+    ids: &[MessageId],
+) -> ApiResult<Result<Vec<Value>, MessageId>> {
+    let store = state.store();
+    let mut by_id: HashMap<MessageId, Message> = HashMap::new();
+    // Deepest first: the page asks in branch order, so the last id's path
+    // holds the others.
+    for wanted in ids.iter().rev() {
+        if by_id.contains_key(wanted) {
+            continue;
+        }
+        let path = match store.path_to(*wanted).await {
+            Ok(path) => path,
+            Err(StoreError::MessageNotFound(_)) => return Ok(Err(*wanted)),
+            Err(e) => return Err(e.into()),
+        };
+        if path
+            .last()
+            .is_none_or(|m| m.conversation_id != id || m.id != *wanted)
+        {
+            return Ok(Err(*wanted));
+        }
+        for message in path {
+            by_id.entry(message.id).or_insert(message);
+        }
+    }
+    let refs: HashMap<MessageId, &Message> = by_id.iter().map(|(k, v)| (*k, v)).collect();
+    let mut children: HashMap<MessageId, Vec<Message>> = HashMap::new();
+    let mut views = Vec::with_capacity(ids.len());
+    for wanted in ids {
+        let Some(message) = refs.get(wanted).copied() else {
+            return Ok(Err(*wanted));
+        };
+        for of in [Some(message.id), message.parent_id].into_iter().flatten() {
+            if let std::collections::hash_map::Entry::Vacant(entry) = children.entry(of) {
+                entry.insert(store.children(of).await?);
+            }
+        }
+        let names = answered_names(message, &refs);
+        let kids: Vec<&Message> = children
+            .get(&message.id)
+            .map_or(Vec::new(), |c| c.iter().collect());
+        let mut view = node(message, &kids, &names);
+        let siblings: Vec<MessageId> = match message.parent_id {
+            Some(parent) => children
+                .get(&parent)
+                .map_or(Vec::new(), |c| c.iter().map(|m| m.id).collect()),
+            None => vec![message.id],
+        };
+        view["content_blocks"] = json!(message.content);
+        view["siblings"] = json!({
+            "index": siblings.iter().position(|s| *s == message.id).unwrap_or(0),
+            "ids": siblings,
+        });
+        views.push(view);
+    }
+    Ok(Ok(views))
+}
+
+/// The names of the calls `message` answers, from the nearest ancestors
+/// that made them (usually its parent): as the path gives them, without
+/// walking the whole path.
+fn answered_names<'a>(
+    message: &'a Message,
+    by_id: &HashMap<MessageId, &'a Message>,
+) -> HashMap<&'a ToolCallId, &'a str> {
+    let mut wanted: Vec<&ToolCallId> = message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+            _ => None,
+        })
+        .collect();
+    let mut names = HashMap::new();
+    let mut at = message.parent_id;
+    while !wanted.is_empty()
+        && let Some(ancestor) = at.and_then(|p| by_id.get(&p).copied())
+    {
+        for (call, _, name, _) in ancestor.tool_uses() {
+            if let Some(i) = wanted.iter().position(|w| *w == call) {
+                wanted.swap_remove(i);
+                names.insert(call, name);
+            }
+        }
+        at = ancestor.parent_id;
+    }
+    names
 }
 
 /// `MessageView` of `message`.

@@ -416,3 +416,61 @@ test('a reload during a running turn shows the turn where it is, then its end', 
   assert.equal(await page.locator('.tool-card').count(), 1);
   passed();
 });
+
+// A long conversation: one turn of STEPS steps with CALLS tool calls each
+// (built through the API, played by the scripted model). The page asks
+// for its messages in batches, not one request per card, and draws the
+// branch from its end.
+test('a conversation with thousands of tool calls loads in a few batched requests', async (t) => {
+  // TOOLWIRE_BROWSER_LONG_STEPS=40 TOOLWIRE_BROWSER_LONG_CALLS=250 makes
+  // it 10,000 (docs/performance.md; a turn has at most 50 steps).
+  const STEPS = Number(process.env.TOOLWIRE_BROWSER_LONG_STEPS || 20);
+  const CALLS = Number(process.env.TOOLWIRE_BROWSER_LONG_CALLS || 100);
+  const steps = [];
+  for (let s = 0; s < STEPS; s++) {
+    const calls = [];
+    for (let c = 0; c < CALLS; c++) calls.push(`      - {id: call_${s}_${c}, name: read_file, arguments: {path: "notes.txt"}}`);
+    steps.push(`  - text: "Step ${s}."\n    tool_calls:\n${calls.join('\n')}`);
+  }
+  const script = `model: scripted-long\nsteps:\n${steps.join('\n')}\n  - text: "All ${STEPS * CALLS} reads done."\n`;
+  const { server, page, passed } = await setup(t, { script, files: { 'notes.txt': 'a note\n' } });
+  const conv = await server.api('POST', '/v1/conversations', { title: 'long' });
+  await server.api('POST', `/v1/conversations/${conv.id}/messages`, { text: 'Read the notes many times.' });
+  let tree;
+  for (let i = 0; i < 1200; i++) {
+    tree = await server.api('GET', `/v1/conversations/${conv.id}/tree`);
+    if (!tree.running && tree.nodes.some((n) => n.summary.includes('reads done'))) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  const calls = tree.nodes.reduce((sum, n) => sum + n.tool_calls.length, 0);
+  assert.equal(calls, STEPS * CALLS);
+
+  const requests = [];
+  page.on('request', (r) => { if (new URL(r.url()).pathname.startsWith('/v1/')) requests.push(new URL(r.url())); });
+  const started = Date.now();
+  await openPage(page, server, conv.id);
+  await page.locator('#messages .msg-assistant .text', { hasText: `All ${STEPS * CALLS} reads done.` }).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('#messages > li .text.loading').length === 0);
+  const loadedMs = Date.now() - started;
+  const one = requests.filter((u) => /\/messages\/[^/]+$/.test(u.pathname));
+  const batches = requests.filter((u) => u.pathname.endsWith('/messages') && u.searchParams.has('ids'));
+  assert.equal(one.length, 0, 'no request for a single message');
+  assert.ok(batches.length >= 1 && batches.length <= 3, `${batches.length} batched requests`);
+  // Only the end of the branch is drawn, its earlier part a click away.
+  const cards = await page.locator('.tool-card').count();
+  // The window: the last 100 messages, back to the step whose results
+  // they are.
+  assert.ok(cards > 0 && cards <= CALLS + 100, `${cards} cards drawn`);
+  const earlier = page.locator('#messages .show-earlier');
+  assert.match(await earlier.innerText(), /Show earlier messages \(\d+ more\)/);
+  await earlier.click();
+  await page.waitForFunction((n) => document.querySelectorAll('.tool-card').length > n, cards);
+  await page.waitForFunction(() => document.querySelectorAll('#messages > li .text.loading').length === 0);
+  assert.equal(requests.filter((u) => /\/messages\/[^/]+$/.test(u.pathname)).length, 0);
+  // Still responsive: a click on the tree toggle is handled at once.
+  await page.locator('#tree-toggle').click();
+  await page.locator('#tree .tree-node').first().waitFor();
+  console.log(`# ${STEPS * CALLS} calls, ${tree.nodes.length} messages: drawn in ${loadedMs} ms with ${batches.length} batched request(s), ${cards} cards`);
+  await screenshot(page, 'long-conversation');
+  passed();
+});

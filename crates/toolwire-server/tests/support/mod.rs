@@ -194,3 +194,64 @@ pub async fn send_frame(socket: &mut Socket, frame: Value) {
         .await
         .unwrap();
 }
+
+/// The answer to a request written by hand.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header lines, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (a string if it is not JSON).
+    pub body: Value,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Server {
+    /// Sends `head` (the request line and headers, each line ending in
+    /// CRLF, without the blank line) and `body` over a new connection as
+    /// they are, with `Connection: close`; reads the answer to its end.
+    /// For what a well-behaved client would never send: a foreign `Host`.
+    pub async fn raw(&self, head: &str, body: &str) -> RawResponse {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let request = format!(
+            "{head}Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tcp.read_to_end(&mut answer),
+        )
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+        let text = String::from_utf8_lossy(&answer);
+        let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
+        RawResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+}

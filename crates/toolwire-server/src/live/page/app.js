@@ -5,6 +5,12 @@
 
 (() => {
   const KEY_STORAGE = 'toolwire.apiKey';
+  // A long conversation is drawn from its end, WINDOW messages at a time
+  // (more as the reader scrolls up), and its messages are fetched BATCH to
+  // a request: 10,000 tool calls are neither 10,000 requests nor 10,000
+  // cards in the page at once.
+  const WINDOW = 100;
+  const BATCH = 100;
   const $ = (id) => document.getElementById(id);
 
   // ---------------------------------------------------------------- state
@@ -17,6 +23,7 @@
     order: [], // node ids in creation order
     views: new Map(), // id -> MessageView (content_blocks)
     loading: new Set(), // ids whose MessageView is being fetched
+    shown: WINDOW, // how many messages of the branch are drawn, counted from its end
     running: false,
     runId: null,
     liveText: '',
@@ -196,7 +203,7 @@
     disconnect();
     Object.assign(S, {
       convId: id, tree: null, order: [], running: false, runId: null, liveText: '', liveReasoning: '',
-      liveTools: [], lastSeq: null, floor: null, editing: null, sending: false,
+      liveTools: [], lastSeq: null, floor: null, editing: null, sending: false, shown: WINDOW,
     });
     S.nodes = new Map();
     S.views = new Map();
@@ -292,6 +299,7 @@
       const tree = await api('PUT', convPath(S.convId) + '/active_leaf', { message_id: leafUnder(id) });
       applyTree(tree);
       S.editing = null;
+      S.shown = WINDOW;
       renderAll();
     } catch (e) {
       reportError('Could not switch branches', e);
@@ -310,19 +318,36 @@
     });
   }
 
-  function fetchView(id) {
-    if (S.views.has(id) || S.loading.has(id) || !S.convId) return;
+  /** Fetches the views of `ids` not had yet, BATCH to a request. */
+  function fetchViews(ids) {
+    if (!S.convId) return;
     const conv = S.convId;
-    S.loading.add(id);
-    api('GET', convPath(conv) + '/messages/' + enc(id))
-      .then((v) => {
-        if (S.convId !== conv) return;
-        S.views.set(id, v);
-        scheduleBranch();
-      })
-      .catch((e) => { if (S.convId === conv) reportError('Could not load a message', e); })
-      .finally(() => S.loading.delete(id));
+    const missing = ids.filter((id) => !S.views.has(id) && !S.loading.has(id));
+    for (let i = 0; i < missing.length; i += BATCH) {
+      const batch = missing.slice(i, i + BATCH);
+      for (const id of batch) S.loading.add(id);
+      api('GET', convPath(conv) + '/messages?ids=' + batch.map(enc).join(','))
+        .then((data) => {
+          if (S.convId !== conv) return;
+          for (const v of (data && data.messages) || []) S.views.set(v.id, v);
+          scheduleBranch();
+        })
+        .catch((e) => { if (S.convId === conv) reportError('Could not load messages', e); })
+        .finally(() => { for (const id of batch) S.loading.delete(id); });
+    }
   }
+
+  /** Draws WINDOW more of the branch's earlier messages. */
+  function showEarlier() {
+    S.shown += WINDOW;
+    renderBranch();
+  }
+  // The "earlier messages" button loads them once it scrolls into view.
+  const earlierSeen = typeof IntersectionObserver === 'function'
+    ? new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) showEarlier();
+    }, { root: null, rootMargin: '200px 0px 0px 0px' })
+    : null;
 
   // ---------------------------------------------------------------- tool cards
 
@@ -475,8 +500,22 @@
     const box = $('messages');
     const scroller = $('scroller');
     const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
-    const ids = branch();
-    for (const id of ids) fetchView(id);
+    // Away from the bottom, the first message in sight stays where it is
+    // while messages are drawn above it.
+    let anchor = null;
+    if (!atBottom) {
+      const top = scroller.getBoundingClientRect().top;
+      for (const li of box.children) {
+        const r = li.getBoundingClientRect();
+        if (r.bottom > top && li.dataset.id) { anchor = { id: li.dataset.id, top: r.top }; break; }
+      }
+    }
+    const all = branch();
+    // A window never starts on a tool result: its call is drawn with it.
+    let start = Math.max(0, all.length - S.shown);
+    while (start > 0 && S.nodes.get(all[start]).role === 'tool') start -= 1;
+    const ids = all.slice(start);
+    fetchViews(ids);
 
     // Stored calls and results fill in the cards (history, or a turn that
     // ended while the socket was away).
@@ -505,12 +544,25 @@
       }
     }
     const items = [];
+    if (earlierSeen) earlierSeen.disconnect();
+    if (start > 0) {
+      const more = el('button', { type: 'button', class: 'show-earlier', onclick: showEarlier },
+        'Show earlier messages (' + start + ' more)');
+      items.push(el('li', { class: 'earlier' }, more));
+    }
     for (const id of ids) {
       const item = renderMessage(id, onBranch);
       if (item) items.push(item);
     }
     box.replaceChildren(...items);
-    if (atBottom) scroller.scrollTop = scroller.scrollHeight;
+    if (atBottom) {
+      scroller.scrollTop = scroller.scrollHeight;
+    } else if (anchor) {
+      const li = box.querySelector('li[data-id="' + CSS.escape(anchor.id) + '"]');
+      if (li) scroller.scrollTop += li.getBoundingClientRect().top - anchor.top;
+    }
+    // Scrolled up to, it draws more (at the bottom it is out of sight).
+    if (start > 0 && earlierSeen) earlierSeen.observe(box.firstChild);
     renderLive();
   }
 
@@ -624,19 +676,35 @@
 
   function renderTree() {
     const panel = $('tree');
-    if (!S.tree || !S.tree.root_id) { panel.replaceChildren(); return; }
+    if (!S.tree || !S.tree.root_id || $('tree-panel').hidden) { panel.replaceChildren(); return; }
     const active = new Set(branch());
-    const build = (id, depth) => {
-      const n = S.nodes.get(id);
-      if (!n) return null;
+    const item = (n) => {
       const label = (ROLE_LABEL[n.role] || n.role) + ': ' + (n.summary || (n.tool_calls || []).map((c) => c.tool_name).join(', ') || '');
-      const kids = (n.children || []).map((c) => build(c, depth + 1)).filter(Boolean);
-      return el('li', { class: 'tree-node' + (active.has(id) ? ' on-branch' : '') + (S.tree.active_leaf === id ? ' leaf' : ''), dataset: { id, role: n.role } },
-        el('button', { type: 'button', class: 'tree-label', title: label, disabled: S.running, onclick: () => setActiveLeaf(id) }, label),
-        kids.length ? el('ul', {}, kids) : null);
+      return el('li', { class: 'tree-node' + (active.has(n.id) ? ' on-branch' : '') + (S.tree.active_leaf === n.id ? ' leaf' : ''), dataset: { id: n.id, role: n.role } },
+        el('button', { type: 'button', class: 'tree-label', title: label, disabled: S.running, onclick: () => setActiveLeaf(n.id) }, label));
     };
-    const root = build(S.tree.root_id, 0);
-    panel.replaceChildren(root ? el('ul', { class: 'tree-root' }, root) : '');
+    // A run of single children is one flat list; lists nest only where
+    // the tree branches (a long conversation is not thousands deep).
+    const root = el('ul', { class: 'tree-root' });
+    const todo = [[S.tree.root_id, root]];
+    while (todo.length) {
+      let [id, list] = todo.pop();
+      while (id) {
+        const n = S.nodes.get(id);
+        if (!n) break;
+        const li = item(n);
+        list.append(li);
+        const kids = (n.children || []).filter((c) => S.nodes.has(c));
+        if (kids.length === 1) { id = kids[0]; continue; }
+        for (const c of kids) {
+          const sub = el('ul', {});
+          li.append(sub);
+          todo.push([c, sub]);
+        }
+        id = null;
+      }
+    }
+    panel.replaceChildren(root.childNodes.length ? root : '');
   }
 
   function renderComposer() {
@@ -942,6 +1010,10 @@
       S.order.push(id);
       const parent = f.parent_id && S.nodes.get(f.parent_id);
       if (parent && !parent.children.includes(id)) parent.children.push(id);
+      // A reader up in the history keeps what is drawn (one more is
+      // drawn); at the end, the window moves on with the turn.
+      const scroller = $('scroller');
+      if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight >= 60) S.shown += 1;
     }
     S.views.set(id, Object.assign({}, S.nodes.get(id), { content_blocks: f.content_blocks || [], source: f.source }));
     S.tree.active_leaf = id;
@@ -968,8 +1040,9 @@
         S.pending.delete(b.tool_use_id);
       }
     }
-    renderBranch();
-    renderTree();
+    // Drawn once per frame: a step with many calls stores their results
+    // in a burst.
+    scheduleBranch();
   }
 
   const RANK = { pending: 0, executing: 1, in_progress: 1, completed: 2, failed: 2 };
