@@ -9,7 +9,20 @@ use toolwire_core::Progress;
 use toolwire_engine::tools::python::{
     PythonLimits, PythonTool, PythonToolDef, PythonToolError, derive_schema, derive_schema_with,
 };
+use toolwire_engine::tools::python::PythonSandbox;
 use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
+
+mod support;
+
+/// The default sandbox, with the working directory as the workspace.
+fn python_sandbox() -> PythonSandbox {
+    python_sandbox_in(&std::env::current_dir().unwrap())
+}
+
+/// The default sandbox, with `dir` as the workspace (writable).
+fn python_sandbox_in(dir: &std::path::Path) -> PythonSandbox {
+    PythonSandbox::new(support::sandbox(), dir.canonicalize().unwrap())
+}
 
 const SOURCE: &str = r#"
 import json
@@ -81,7 +94,7 @@ fn def(name: &str, source: &str, json_schema: Option<Value>) -> PythonToolDef {
 }
 
 async fn tool(name: &str) -> PythonTool {
-    PythonTool::new(def(name, SOURCE, None), PythonLimits::default())
+    PythonTool::new(def(name, SOURCE, None), PythonLimits::default(), python_sandbox())
         .await
         .unwrap()
 }
@@ -150,7 +163,8 @@ async fn wrong_arguments_are_reported_as_such() {
 
 #[tokio::test]
 async fn schema_from_a_google_style_docstring() {
-    let info = derive_schema(SOURCE, "add").await.unwrap();
+    let info = derive_schema(SOURCE, "add", &python_sandbox())
+        .await.unwrap();
     assert_eq!(info.name, "add");
     assert_eq!(info.description, "Adds two integers.");
     assert_eq!(
@@ -204,7 +218,8 @@ def find(
         exact (bool): Match the whole query.
     """
 "#;
-    let info = derive_schema(source, "find").await.unwrap();
+    let info = derive_schema(source, "find", &python_sandbox())
+        .await.unwrap();
     assert_eq!(info.description, "Finds documents matching a query.");
     assert_eq!(
         info.parameters,
@@ -226,7 +241,7 @@ def find(
     );
 
     // As in Letta, `Optional[X]` without a default may also be left out.
-    let info = derive_schema("def f(a: Optional[int], b: int): pass", "f")
+    let info = derive_schema("def f(a: Optional[int], b: int): pass", "f", &python_sandbox())
         .await
         .unwrap();
     assert_eq!(info.parameters["required"], json!(["b"]));
@@ -259,7 +274,8 @@ def collect(
     :returns: nothing
     """
 "#;
-    let info = derive_schema(source, "collect").await.unwrap();
+    let info = derive_schema(source, "collect", &python_sandbox())
+        .await.unwrap();
     assert_eq!(info.description, "Collects things.");
     assert_eq!(
         info.parameters,
@@ -283,7 +299,7 @@ def collect(
 
     // A list argument reaches the function as a list.
     let source = "from typing import List\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n";
-    let tool = PythonTool::new(def("total", source, None), PythonLimits::default())
+    let tool = PythonTool::new(def("total", source, None), PythonLimits::default(), python_sandbox())
         .await
         .unwrap();
     assert_eq!(
@@ -300,14 +316,15 @@ async fn schema_derivation_never_runs_the_source() {
         "open({:?}, 'w').write('ran')\nraise SystemExit(3)\n\ndef f(x: int):\n    \"\"\"Does f.\"\"\"\n",
         marker.display().to_string()
     );
-    let info = derive_schema(&source, "f").await.unwrap();
+    let info = derive_schema(&source, "f", &python_sandbox())
+        .await.unwrap();
     assert_eq!(info.description, "Does f.");
     assert!(!marker.exists());
 }
 
 #[tokio::test]
 async fn schema_errors_are_clear() {
-    let err = derive_schema("def f(x: int):\n    return x +\n", "f")
+    let err = derive_schema("def f(x: int):\n    return x +\n", "f", &python_sandbox())
         .await
         .unwrap_err();
     assert!(
@@ -320,7 +337,8 @@ async fn schema_errors_are_clear() {
         "{err}"
     );
 
-    let err = derive_schema(SOURCE, "subtract").await.unwrap_err();
+    let err = derive_schema(SOURCE, "subtract", &python_sandbox())
+        .await.unwrap_err();
     assert!(
         matches!(&err, PythonToolError::FunctionNotFound { name, .. } if name == "subtract"),
         "{err:?}"
@@ -332,7 +350,7 @@ async fn schema_errors_are_clear() {
     );
     assert!(message.contains("add, chatty"), "{message}");
 
-    let err = derive_schema("def f(data: bytes): pass", "f")
+    let err = derive_schema("def f(data: bytes): pass", "f", &python_sandbox())
         .await
         .unwrap_err();
     assert!(
@@ -344,6 +362,7 @@ async fn schema_errors_are_clear() {
         std::path::Path::new("python3-not-installed-here"),
         SOURCE,
         "add",
+        &python_sandbox(),
     )
     .await
     .unwrap_err();
@@ -370,6 +389,7 @@ async fn a_given_schema_is_used_without_running_python() {
     let tool = PythonTool::with_interpreter(
         def("add", SOURCE, Some(letta)),
         PythonLimits::default(),
+        python_sandbox(),
         "python3-not-installed-here",
     )
     .await
@@ -385,7 +405,7 @@ async fn a_given_schema_is_used_without_running_python() {
     // The definition's own description wins over the schema's.
     let mut with_description = def("add", SOURCE, Some(parameters.clone()));
     with_description.description = "Mine.".into();
-    let tool = PythonTool::new(with_description, PythonLimits::default())
+    let tool = PythonTool::new(with_description, PythonLimits::default(), python_sandbox())
         .await
         .unwrap();
     assert_eq!(tool.spec().description, "Mine.");
@@ -402,6 +422,7 @@ async fn a_given_schema_is_used_without_running_python() {
             Some(parameters.clone()),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -417,6 +438,7 @@ async fn a_given_schema_is_used_without_running_python() {
             Some(parameters),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -449,6 +471,7 @@ async fn an_exception_is_an_error_result_with_its_traceback() {
             Some(json!({"type": "object", "properties": {}})),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -515,6 +538,7 @@ async fn a_long_call_times_out() {
             timeout: Duration::from_secs(1),
             ..PythonLimits::default()
         },
+        python_sandbox_in(dir.path()),
     )
     .await
     .unwrap();
@@ -532,7 +556,13 @@ async fn a_long_call_times_out() {
 async fn cancelling_kills_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let sleeper = tool("sleeper").await;
+    let sleeper = PythonTool::new(
+        def("sleeper", SOURCE, None),
+        PythonLimits::default(),
+        python_sandbox_in(dir.path()),
+    )
+    .await
+    .unwrap();
     let ctx = ToolContext::detached("call");
     let cancel = ctx.cancel.clone();
     let started = Instant::now();
