@@ -11,7 +11,11 @@ use toolwire_core::{ContentBlock, ConversationId, Role, StopReason};
 
 fn toolwire(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolwire"));
-    cmd.current_dir(dir).env_remove("RUST_LOG");
+    // The default database goes to the per-user data directory: this
+    // test's, never the real one.
+    cmd.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("XDG_DATA_HOME", dir.join(".xdg"));
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLWIRE_") {
             cmd.env_remove(k);
@@ -60,9 +64,39 @@ fn answers_on_stdout_activity_on_stderr_and_exit_zero() {
         "{stderr}"
     );
     assert!(
-        dir.path().join("toolwire.db").exists(),
-        "default database in the working directory"
+        dir.path().join(".xdg/toolwire/toolwire.db").exists(),
+        "default database in the per-user data directory"
     );
+    assert!(!dir.path().join("toolwire.db").exists());
+}
+
+#[test]
+fn a_database_left_in_the_working_directory_is_kept_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let script = script(dir.path(), READ_THEN_ANSWER);
+    let run = || {
+        toolwire(dir.path())
+            .args(["exec", "--provider", "scripted", "--script", &script, "hi"])
+            .output()
+            .unwrap()
+    };
+    // Made where the default was before it moved, by --db.
+    let db = "sqlite://toolwire.db";
+    let made = toolwire(dir.path())
+        .args(["exec", "--db", db, "--provider", "scripted", "--script", &script, "hi"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("using ./toolwire.db from the working directory")
+            && stderr.contains("mv toolwire.db*"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join(".xdg/toolwire/toolwire.db").exists());
 }
 
 #[test]

@@ -62,6 +62,11 @@ fn run(args: Vec<OsString>) -> Result<i32, (i32, String)> {
         .map_err(|e| setup(format!("installing signal handlers: {e}")))?;
 
     limits(&invocation.policy.limits).map_err(setup)?;
+    // Run as root, the command would keep CAP_SYS_PTRACE through exec:
+    // other processes' memory. Not permitted (nor needed) unprivileged.
+    let _ = rustix::thread::remove_capability_from_bounding_set(
+        rustix::thread::CapabilitySet::SYS_PTRACE,
+    );
     prctl::set_no_new_privs().map_err(|e| setup(format!("PR_SET_NO_NEW_PRIVS: {e}")))?;
     let policy = &invocation.policy;
     if policy.mode.confines() {
