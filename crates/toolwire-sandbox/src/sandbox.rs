@@ -88,6 +88,11 @@ impl Sandbox {
         }
     }
 
+    /// Whether commands can run at all (a helper is configured).
+    pub fn has_helper(&self) -> bool {
+        self.helper.is_some()
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
