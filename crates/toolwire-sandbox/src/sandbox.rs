@@ -198,3 +198,66 @@ pub fn canonical(paths: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A kernel without Landlock (as the probe would report it).
+    fn without_landlock(policy: Policy) -> Sandbox {
+        Sandbox {
+            helper: Some(Helper {
+                exe: PathBuf::from("/nonexistent/helper"),
+                args: Vec::new(),
+            }),
+            policy,
+            support: Support {
+                landlock_abi: None,
+                seccomp: true,
+                pid_namespace: false,
+                error: None,
+            },
+            parent_env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kernel_without_landlock_refuses_confined_modes_unless_accepted() {
+        let argv = [OsString::from("true")];
+        let ws = Path::new("/");
+        let refused = without_landlock(Policy::default()).prepare(ws, &argv, None);
+        let Err(SandboxError::Weaker { mode, shortfall }) = refused else {
+            panic!("not refused: {refused:?}");
+        };
+        assert_eq!(mode, Mode::WorkspaceWrite);
+        assert!(shortfall.contains("no Landlock"), "{shortfall}");
+        assert!(
+            without_landlock(Policy::default())
+                .describe()
+                .contains("commands will be refused")
+        );
+
+        let accepted = without_landlock(Policy {
+            accept_weaker: true,
+            ..Policy::default()
+        })
+        .prepare(ws, &argv, None)
+        .unwrap();
+        assert!(accepted.note.unwrap().contains("no Landlock"));
+
+        let full = without_landlock(Policy {
+            mode: Mode::Full,
+            ..Policy::default()
+        })
+        .prepare(ws, &argv, None)
+        .unwrap();
+        assert!(full.note.is_none());
+    }
+
+    #[test]
+    fn no_helper_no_command() {
+        let refused = Sandbox::none().prepare(Path::new("/"), &[OsString::from("true")], None);
+        assert!(matches!(refused, Err(SandboxError::NoHelper)));
+    }
+}

@@ -65,10 +65,14 @@ pub(super) fn restrict(invocation: &Invocation) -> Result<bool, String> {
     protected.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
     protected.extend(ssh_host_keys());
 
-    let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+    // The system's own links (`/etc/resolv.conf` into `/run`) are
+    // followed out of the directory, read-only; no one else's are.
     for dir in SYSTEM {
-        grants.push((PathBuf::from(dir), read));
+        let dir = Path::new(dir);
+        carve(&mut rules, dir, dir, read, &protected, true, 0);
     }
+    let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
     for dir in &invocation.toolchains {
         grants.push((dir.clone(), read));
     }
@@ -81,9 +85,8 @@ pub(super) fn restrict(invocation: &Invocation) -> Result<bool, String> {
         grants.push((dir.clone(), write_access));
     }
 
-    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
     for (path, access) in grants {
-        carve(&mut rules, &path, access, &protected, 0);
+        carve(&mut rules, &path, &path, access, &protected, false, 0);
     }
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
     for dev in DEVICES {
@@ -116,9 +119,11 @@ pub(super) fn restrict(invocation: &Invocation) -> Result<bool, String> {
 /// One grant, with every protected path inside it carved out.
 fn carve(
     rules: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
+    root: &Path,
     path: &Path,
     access: BitFlags<AccessFs>,
     protected: &[PathBuf],
+    follow_out: bool,
     depth: usize,
 ) {
     if protected.iter().any(|p| p == path) {
@@ -139,16 +144,18 @@ fn carve(
     for entry in entries.filter_map(Result::ok) {
         let entry = entry.path();
         // A rule follows a symlink to its target: judge the target, so a
-        // link to the database is not a way in.
+        // link to the database is not a way in, and grant it only inside
+        // the directory granted (a link out of it grants nothing, as the
+        // whole directory's rule would not have).
         let target = if entry.is_symlink() {
             match std::fs::canonicalize(&entry) {
-                Ok(target) => target,
-                Err(_) => continue,
+                Ok(target) if follow_out || target.starts_with(root) => target,
+                _ => continue,
             }
         } else {
             entry
         };
-        carve(rules, &target, access, protected, depth + 1);
+        carve(rules, root, &target, access, protected, follow_out, depth + 1);
     }
 }
 
