@@ -453,7 +453,10 @@ pub fn sandbox_protecting(
     use toolwire_engine::tools::confined::{Helper, Policy, Sandbox};
     Sandbox::new(
         Helper {
-            exe: env!("CARGO_BIN_EXE_toolwire-sandbox").into(),
+            // option_env: other crates' tests include this module too.
+            exe: option_env!("CARGO_BIN_EXE_toolwire-sandbox")
+                .expect("the engine's toolwire-sandbox binary (engine tests only)")
+                .into(),
             args: Vec::new(),
         },
         Policy {
