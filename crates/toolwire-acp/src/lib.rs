@@ -418,7 +418,11 @@ impl AcpAgent {
         );
         let mut tools = self.engine.tools().clone();
         let tasks = Arc::new(builtin::BackgroundTasks::new());
-        for tool in builtin::all_with(workspace.clone(), tasks.clone(), self.settings.sandbox.clone()) {
+        for tool in builtin::all_with(
+            workspace.clone(),
+            tasks.clone(),
+            self.settings.sandbox.clone(),
+        ) {
             tools.register(tool);
         }
         let caps = self.client_caps();

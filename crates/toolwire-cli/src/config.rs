@@ -52,9 +52,8 @@ pub fn default_db() -> Result<String> {
         );
         return Ok(format!("sqlite://{OLD_DEFAULT_DB}"));
     }
-    let dir = data_dir().context(
-        "no place for the default database: set XDG_DATA_HOME or HOME, or give --db",
-    )?;
+    let dir = data_dir()
+        .context("no place for the default database: set XDG_DATA_HOME or HOME, or give --db")?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("making the data directory {}", dir.display()))?;
     Ok(format!("sqlite://{}", dir.join("toolwire.db").display()))
@@ -62,7 +61,11 @@ pub fn default_db() -> Result<String> {
 
 /// `$XDG_DATA_HOME/toolwire`, else `$HOME/.local/share/toolwire`.
 fn data_dir() -> Option<PathBuf> {
-    let nonempty = |key: &str| std::env::var_os(key).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let nonempty = |key: &str| {
+        std::env::var_os(key)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     nonempty("XDG_DATA_HOME")
         .filter(|p| p.is_absolute())
         .or_else(|| nonempty("HOME").map(|home| home.join(".local/share")))
@@ -435,12 +438,13 @@ impl EngineArgs {
             Some(db) => db,
             None => default_db()?,
         };
-        let mut sandbox_policy = file.sandbox.policy(self.sandbox).with_context(|| {
-            match &self.config {
+        let mut sandbox_policy = file
+            .sandbox
+            .policy(self.sandbox)
+            .with_context(|| match &self.config {
                 Some(path) => format!("config file {} is not valid", path.display()),
                 None => "the sandbox settings are not valid".to_owned(),
-            }
-        })?;
+            })?;
         // Commands never open toolwire's own files, wherever they are.
         let mut protected: Vec<PathBuf> = toolwire_store::local_files(&db);
         protected.extend(self.config.clone());
@@ -789,5 +793,43 @@ mod tests {
                 && !message.contains("s3cret"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_sandbox_table_becomes_the_policy_and_names_what_is_wrong() {
+        let settings = resolve(
+            "db = \"sqlite://t.db\"\n[sandbox]\nmode = \"read-only\"\nnetwork = true\n\
+             read = [\"/opt/sdk\"]\nenv = [\"CI\"]\nmax_processes = 64\nmemory_mb = 100\n\
+             accept_weaker = true\n",
+        )
+        .unwrap();
+        let p = &settings.sandbox_policy;
+        assert_eq!(p.mode, Mode::ReadOnly);
+        assert!(p.network && p.accept_weaker);
+        assert_eq!(p.read, [PathBuf::from("/opt/sdk")]);
+        assert_eq!(p.env, ["CI"]);
+        assert_eq!(p.limits.processes, Some(64));
+        assert_eq!(p.limits.memory, Some(100 * 1024 * 1024));
+        // The database and the config file are protected, by their real paths.
+        assert!(p.protected.iter().any(|f| f.ends_with("t.db")));
+        assert!(p.protected.iter().any(|f| f.ends_with("toolwire.toml")));
+        assert!(p.protected.iter().all(|f| f.is_absolute()));
+
+        for (toml, says) in [
+            (
+                "[sandbox]\nenv = [\"OPENAI_API_KEY\"]\n",
+                "`OPENAI_API_KEY`",
+            ),
+            ("[sandbox]\nenv = [\"TOOLWIRE_DB\"]\n", "`TOOLWIRE_DB`"),
+            ("[sandbox]\nwrite = [\"rel/dir\"]\n", "not an absolute path"),
+            ("[sandbox]\nmode = \"open\"\n", "unknown variant"),
+        ] {
+            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
+            let Err(error) = resolve(&toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
     }
 }

@@ -84,7 +84,16 @@ fn a_database_left_in_the_working_directory_is_kept_with_a_warning() {
     // Made where the default was before it moved, by --db.
     let db = "sqlite://toolwire.db";
     let made = toolwire(dir.path())
-        .args(["exec", "--db", db, "--provider", "scripted", "--script", &script, "hi"])
+        .args([
+            "exec",
+            "--db",
+            db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "hi",
+        ])
         .output()
         .unwrap();
     assert!(made.status.success());
@@ -334,12 +343,14 @@ fn running_with(word: &str) -> Vec<u32> {
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')));
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+            });
             !zombie
-                && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                    c.split(|b| *b == 0).any(|w| w == word.as_bytes())
-                })
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == word.as_bytes()))
         })
         .collect()
 }
@@ -377,12 +388,25 @@ fn exec_runs_commands_in_the_sandbox() {
             .env("ANTHROPIC_API_KEY", "sk-e2e-anthropic")
             .env("TOOLWIRE_API_KEYS", "tw-e2e-key")
             .args([
-                "exec", "--json", "--db", "sqlite://toolwire.db", "--sandbox", mode,
-                "--provider", "scripted", "--script", &script, "go",
+                "exec",
+                "--json",
+                "--db",
+                "sqlite://toolwire.db",
+                "--sandbox",
+                mode,
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
             ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
 
@@ -391,12 +415,21 @@ fn exec_runs_commands_in_the_sandbox() {
     for denied in ["DB-4", "OUT-4", "NET-4"] {
         assert!(events.contains(denied), "{denied} missing: {events}");
     }
-    for key in ["sk-e2e-openai", "sk-e2e-anthropic", "tw-e2e-key", "TOOLWIRE_"] {
+    for key in [
+        "sk-e2e-openai",
+        "sk-e2e-anthropic",
+        "tw-e2e-key",
+        "TOOLWIRE_",
+    ] {
         assert!(!events.contains(key), "{key} reached the command: {events}");
     }
     assert!(!events.contains("WRITE-2") && !events.contains("outside-secret"));
     assert!(!outside.path().join("w.txt").exists());
-    assert_eq!(running_with(&marker), Vec::<u32>::new(), "setsid child left behind");
+    assert_eq!(
+        running_with(&marker),
+        Vec::<u32>::new(),
+        "setsid child left behind"
+    );
 
     // The policy decides: the same command under full.
     let events = run("full");

@@ -676,7 +676,10 @@ async fn cancelling_kills_the_whole_process_group() {
     assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
 
     let left = support::running_with(marker);
-    assert!(left.is_empty(), "background child {left:?} survived the cancel");
+    assert!(
+        left.is_empty(),
+        "background child {left:?} survived the cancel"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!f.path("marker").exists(), "the child ran to completion");
 }

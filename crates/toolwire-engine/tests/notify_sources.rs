@@ -282,7 +282,10 @@ fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
 #[tokio::test]
 async fn background_tasks_outlive_a_cancelled_turn_and_stay_in_their_conversation() {
     let root = tempfile::tempdir().unwrap();
-    let tools = builtin::all(Arc::new(Workspace::new(root.path()).unwrap()), support::sandbox());
+    let tools = builtin::all(
+        Arc::new(Workspace::new(root.path()).unwrap()),
+        support::sandbox(),
+    );
     let (run, status) = (tool(&tools, "run_command"), tool(&tools, "task_status"));
     let sink = Arc::new(Collected::default());
     let mut ctx = ToolContext::detached("call_1");

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
+use toolwire_engine::tools::python::PythonSandbox;
 use toolwire_engine::tools::python::{
     PythonLimits, PythonTool, PythonToolDef, PythonToolError, derive_schema, derive_schema_with,
 };
-use toolwire_engine::tools::python::PythonSandbox;
 use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
 
 mod support;
@@ -94,9 +94,13 @@ fn def(name: &str, source: &str, json_schema: Option<Value>) -> PythonToolDef {
 }
 
 async fn tool(name: &str) -> PythonTool {
-    PythonTool::new(def(name, SOURCE, None), PythonLimits::default(), python_sandbox())
-        .await
-        .unwrap()
+    PythonTool::new(
+        def(name, SOURCE, None),
+        PythonLimits::default(),
+        python_sandbox(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn call(tool: &PythonTool, args: Value) -> Result<ToolOutput, ToolError> {
@@ -164,7 +168,8 @@ async fn wrong_arguments_are_reported_as_such() {
 #[tokio::test]
 async fn schema_from_a_google_style_docstring() {
     let info = derive_schema(SOURCE, "add", &python_sandbox())
-        .await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(info.name, "add");
     assert_eq!(info.description, "Adds two integers.");
     assert_eq!(
@@ -219,7 +224,8 @@ def find(
     """
 "#;
     let info = derive_schema(source, "find", &python_sandbox())
-        .await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(info.description, "Finds documents matching a query.");
     assert_eq!(
         info.parameters,
@@ -241,9 +247,13 @@ def find(
     );
 
     // As in Letta, `Optional[X]` without a default may also be left out.
-    let info = derive_schema("def f(a: Optional[int], b: int): pass", "f", &python_sandbox())
-        .await
-        .unwrap();
+    let info = derive_schema(
+        "def f(a: Optional[int], b: int): pass",
+        "f",
+        &python_sandbox(),
+    )
+    .await
+    .unwrap();
     assert_eq!(info.parameters["required"], json!(["b"]));
 }
 
@@ -275,7 +285,8 @@ def collect(
     """
 "#;
     let info = derive_schema(source, "collect", &python_sandbox())
-        .await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(info.description, "Collects things.");
     assert_eq!(
         info.parameters,
@@ -299,9 +310,13 @@ def collect(
 
     // A list argument reaches the function as a list.
     let source = "from typing import List\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n";
-    let tool = PythonTool::new(def("total", source, None), PythonLimits::default(), python_sandbox())
-        .await
-        .unwrap();
+    let tool = PythonTool::new(
+        def("total", source, None),
+        PythonLimits::default(),
+        python_sandbox(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         call(&tool, json!({"xs": [1, 2, 3]})).await.unwrap(),
         ToolOutput::ok("6")
@@ -317,7 +332,8 @@ async fn schema_derivation_never_runs_the_source() {
         marker.display().to_string()
     );
     let info = derive_schema(&source, "f", &python_sandbox())
-        .await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(info.description, "Does f.");
     assert!(!marker.exists());
 }
@@ -338,7 +354,8 @@ async fn schema_errors_are_clear() {
     );
 
     let err = derive_schema(SOURCE, "subtract", &python_sandbox())
-        .await.unwrap_err();
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, PythonToolError::FunctionNotFound { name, .. } if name == "subtract"),
         "{err:?}"

@@ -136,13 +136,20 @@ async fn a_command_reads_only_what_the_policy_allows() {
 
     for mode in [Mode::WorkspaceWrite, Mode::ReadOnly] {
         let out = w.run(mode, &command).await;
-        assert!(out.content.starts_with("notes\n"), "{mode}: {}", out.content);
+        assert!(
+            out.content.starts_with("notes\n"),
+            "{mode}: {}",
+            out.content
+        );
         assert!(!out.content.contains(SECRET), "{mode}: {}", out.content);
         assert_eq!(out.content.matches("DENIED").count(), 4, "{}", out.content);
         // System files a command needs stay readable; the system's own
         // secrets do not.
         let out = w
-            .run(mode, "head -c 5 /etc/passwd; echo; cat /etc/shadow || echo SHADOW-DENIED")
+            .run(
+                mode,
+                "head -c 5 /etc/passwd; echo; cat /etc/shadow || echo SHADOW-DENIED",
+            )
             .await;
         assert!(out.content.starts_with("root:"), "{}", out.content);
         assert!(out.content.contains("SHADOW-DENIED"), "{}", out.content);
@@ -178,7 +185,10 @@ async fn a_command_writes_only_the_workspace_and_its_temp_dir() {
     let out = w.run(Mode::WorkspaceWrite, &command).await;
     let text = &out.content;
     assert!(text.contains("WS-OK") && text.contains("TMP-OK"), "{text}");
-    assert!(!text.contains("OUT-OK") && !text.contains("HOME-OK"), "{text}");
+    assert!(
+        !text.contains("OUT-OK") && !text.contains("HOME-OK"),
+        "{text}"
+    );
     assert!(!text.contains("DB-OK"), "{text}");
     // The carve-out around the database still lists the workspace root.
     assert!(text.contains("notes.txt") && text.contains("src"), "{text}");
@@ -297,8 +307,7 @@ async fn python(w: &World, mode: Mode, function: &str, args: Value) -> String {
     )
     .await
     .unwrap();
-    let out: Result<ToolOutput, ToolError> =
-        tool.call(args, ToolContext::detached("call")).await;
+    let out: Result<ToolOutput, ToolError> = tool.call(args, ToolContext::detached("call")).await;
     out.unwrap().content
 }
 
@@ -313,18 +322,37 @@ async fn python_tools_are_confined_alike() {
         let confined = mode != Mode::Full;
         for path in [&w.db, &outside, &home] {
             let out = python(&w, mode, "read", json!({"path": path})).await;
-            assert_eq!(out.starts_with("DENIED"), confined, "{mode} {path:?}: {out}");
+            assert_eq!(
+                out.starts_with("DENIED"),
+                confined,
+                "{mode} {path:?}: {out}"
+            );
         }
-        let out = python(&w, mode, "read", json!({"path": w.root().join("notes.txt")})).await;
+        let out = python(
+            &w,
+            mode,
+            "read",
+            json!({"path": w.root().join("notes.txt")}),
+        )
+        .await;
         assert_eq!(out, "notes\n");
         let out = python(&w, mode, "write", json!({"path": written})).await;
         assert_eq!(out.starts_with("DENIED"), confined, "{mode}: {out}");
-        let out = python(&w, mode, "write", json!({"path": w.root().join("src/py.txt")})).await;
+        let out = python(
+            &w,
+            mode,
+            "write",
+            json!({"path": w.root().join("src/py.txt")}),
+        )
+        .await;
         assert_eq!(out, "WROTE");
         let out = python(&w, mode, "connect", json!({"port": w.port()})).await;
         assert_eq!(out.starts_with("DENIED"), confined, "{mode}: {out}");
         let out = python(&w, mode, "environment", json!({})).await;
-        assert!(!out.contains("API_KEY") && !out.contains("TOOLWIRE_"), "{out}");
+        assert!(
+            !out.contains("API_KEY") && !out.contains("TOOLWIRE_"),
+            "{out}"
+        );
         let out = python(&w, mode, "spawn", json!({"marker": marker})).await;
         assert_eq!(out, "spawned");
         let left = support::running_with(marker);

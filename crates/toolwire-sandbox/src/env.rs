@@ -100,9 +100,11 @@ pub fn toolchains(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
 
 /// Covered by the system grants already.
 fn system(dir: &Path) -> bool {
-    ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
-        .iter()
-        .any(|root| dir.starts_with(root))
+    [
+        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    ]
+    .iter()
+    .any(|root| dir.starts_with(root))
 }
 
 /// `X/bin` and `X/shims` → `X`, unless `X` is the home directory or
@@ -170,15 +172,27 @@ mod tests {
     #[test]
     fn toolchain_roots() {
         let home = Some(Path::new("/h"));
-        assert_eq!(root_of(Path::new("/h/.cargo/bin"), home), Path::new("/h/.cargo"));
-        assert_eq!(root_of(Path::new("/h/.pyenv/shims"), home), Path::new("/h/.pyenv"));
+        assert_eq!(
+            root_of(Path::new("/h/.cargo/bin"), home),
+            Path::new("/h/.cargo")
+        );
+        assert_eq!(
+            root_of(Path::new("/h/.pyenv/shims"), home),
+            Path::new("/h/.pyenv")
+        );
         assert_eq!(
             root_of(Path::new("/h/.pyenv/plugins/pyenv-virtualenv/shims"), home),
             Path::new("/h/.pyenv")
         );
-        assert_eq!(root_of(Path::new("/h/.local/bin"), home), Path::new("/h/.local/bin"));
+        assert_eq!(
+            root_of(Path::new("/h/.local/bin"), home),
+            Path::new("/h/.local/bin")
+        );
         assert_eq!(root_of(Path::new("/h/bin"), home), Path::new("/h/bin"));
-        assert_eq!(root_of(Path::new("/opt/go/bin"), home), Path::new("/opt/go"));
+        assert_eq!(
+            root_of(Path::new("/opt/go/bin"), home),
+            Path::new("/opt/go")
+        );
         assert_eq!(root_of(Path::new("/snap/bin"), home), Path::new("/snap"));
     }
 }

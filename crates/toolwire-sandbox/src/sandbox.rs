@@ -139,7 +139,9 @@ impl Sandbox {
         let Some(helper) = &self.helper else {
             return Err(SandboxError::NoHelper);
         };
-        let shortfall = self.support.shortfall(self.policy.mode, self.policy.network);
+        let shortfall = self
+            .support
+            .shortfall(self.policy.mode, self.policy.network);
         if let Some(shortfall) = &shortfall
             && !self.policy.accept_weaker
         {
@@ -154,7 +156,11 @@ impl Sandbox {
             .map_err(SandboxError::TempDir)?;
         // Landlock judges resolved paths; /tmp may be a link.
         let temp_path = std::fs::canonicalize(temp_dir.path()).map_err(SandboxError::TempDir)?;
-        let env = crate::env::build(self.parent_env.iter().cloned(), &self.policy.env, &temp_path);
+        let env = crate::env::build(
+            self.parent_env.iter().cloned(),
+            &self.policy.env,
+            &temp_path,
+        );
         let mut policy = self.policy.clone();
         if let Some(limits) = limits {
             policy.limits = limits;

@@ -66,7 +66,14 @@ impl Support {
             }
             _ => parts.push("no Landlock".to_owned()),
         }
-        parts.push(if self.seccomp { "seccomp" } else { "no seccomp" }.to_owned());
+        parts.push(
+            if self.seccomp {
+                "seccomp"
+            } else {
+                "no seccomp"
+            }
+            .to_owned(),
+        );
         parts.push(
             if self.pid_namespace {
                 "PID namespace"

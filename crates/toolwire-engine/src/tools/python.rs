@@ -240,9 +240,7 @@ impl PythonTool {
         let interpreter = interpreter.into();
         let schema = match &def.json_schema {
             Some(given) => schema_from_json(&def.name, given)?,
-            None => {
-                derive_schema_with(&interpreter, &def.source_code, &def.name, &sandbox).await?
-            }
+            None => derive_schema_with(&interpreter, &def.source_code, &def.name, &sandbox).await?,
         };
         let mut spec = schema.into_spec();
         spec.name = def.name;
@@ -307,7 +305,11 @@ impl Tool for PythonTool {
         )
         .await;
         match run {
-            Ok(Finished { reply, output, note }) => {
+            Ok(Finished {
+                reply,
+                output,
+                note,
+            }) => {
                 let mut result = call_result(reply, &output, &self.limits);
                 if let (Ok(result), Some(note)) = (&mut result, note) {
                     result.content.push_str(&format!("\n{note}"));
@@ -643,8 +645,14 @@ enum RunFailure {
     Refused(String),
     TimedOut,
     Cancelled,
-    NoReply { status: ExitStatus, output: String },
-    BadReply { error: String, output: String },
+    NoReply {
+        status: ExitStatus,
+        output: String,
+    },
+    BadReply {
+        error: String,
+        output: String,
+    },
     ReplyTooLarge,
     Io(String),
 }

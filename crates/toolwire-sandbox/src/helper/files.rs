@@ -155,11 +155,23 @@ fn carve(
         } else {
             entry
         };
-        carve(rules, root, &target, access, protected, follow_out, depth + 1);
+        carve(
+            rules,
+            root,
+            &target,
+            access,
+            protected,
+            follow_out,
+            depth + 1,
+        );
     }
 }
 
-fn add(created: &mut RulesetCreated, path: &Path, access: BitFlags<AccessFs>) -> Result<(), String> {
+fn add(
+    created: &mut RulesetCreated,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+) -> Result<(), String> {
     // Directories named but missing on this system are skipped.
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(());

@@ -52,12 +52,10 @@ fn run(args: Vec<OsString>) -> Result<i32, (i32, String)> {
     let (invocation, argv) = parse(args).map_err(setup)?;
 
     // Die with toolwire: SIGTERM, so that the descendants are ended first.
-    prctl::set_pdeathsig(Signal::SIGTERM)
-        .map_err(|e| setup(format!("PR_SET_PDEATHSIG: {e}")))?;
+    prctl::set_pdeathsig(Signal::SIGTERM).map_err(|e| setup(format!("PR_SET_PDEATHSIG: {e}")))?;
     // Orphans of the command come to this process, so none escapes the
     // reaper (a `setsid` child included).
-    prctl::set_child_subreaper(true)
-        .map_err(|e| setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    prctl::set_child_subreaper(true).map_err(|e| setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD])
         .map_err(|e| setup(format!("installing signal handlers: {e}")))?;
 

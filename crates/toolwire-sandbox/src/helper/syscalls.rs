@@ -29,6 +29,8 @@ fn install(denied: &[i64]) -> Result<(), String> {
         arch,
     )
     .map_err(|e| e.to_string())?;
-    let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
     seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }

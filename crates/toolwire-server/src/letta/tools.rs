@@ -191,8 +191,8 @@ async fn python_tool(state: &AppState, record: &ToolRecord) -> ApiResult<PythonT
         state.settings.python.clone(),
         state.settings.python_sandbox.clone(),
     )
-        .await
-        .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
+    .await
+    .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
 }
 
 /// The name of the last top-level function of `source` (Letta's rule for

@@ -215,14 +215,8 @@ impl Spawned {
         cwd: &std::path::Path,
     ) -> Result<Spawned, ToolError> {
         let argv = ["sh".into(), "-c".into(), command.into()];
-        let mut confined = Confined::start(
-            sandbox,
-            workspace.root(),
-            &argv,
-            Cwd::Dir(cwd),
-            false,
-            None,
-        )?;
+        let mut confined =
+            Confined::start(sandbox, workspace.root(), &argv, Cwd::Dir(cwd), false, None)?;
         let (tx, rx) = mpsc::channel::<String>(64);
         let readers = [
             confined
