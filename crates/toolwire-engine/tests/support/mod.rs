@@ -454,9 +454,10 @@ pub fn sandbox_protecting(
     Sandbox::new(
         Helper {
             // option_env: other crates' tests include this module too.
-            exe: option_env!("CARGO_BIN_EXE_toolwire-sandbox")
-                .expect("the engine's toolwire-sandbox binary (engine tests only)")
-                .into(),
+            exe: match option_env!("CARGO_BIN_EXE_toolwire-sandbox") {
+                Some(exe) => exe.into(),
+                None => panic!("the engine's toolwire-sandbox binary (engine tests only)"),
+            },
             args: Vec::new(),
         },
         Policy {

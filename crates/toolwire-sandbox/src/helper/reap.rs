@@ -36,12 +36,7 @@ pub(super) fn end_all() {
             let _ = kill(pid, Signal::SIGKILL);
         }
         for &pid in &children {
-            loop {
-                match waitpid(pid, None) {
-                    Err(Errno::EINTR) => continue,
-                    _ => break,
-                }
-            }
+            while let Err(Errno::EINTR) = waitpid(pid, None) {}
         }
     }
 }
