@@ -78,8 +78,9 @@ def hog(mib: int = 2048):
 
 
 def sleeper(pid_file: str):
+    # The pid outside the sandbox's PID namespace: /proc is the host's.
     with open(pid_file, "w") as f:
-        f.write(str(os.getpid()))
+        f.write(os.readlink("/proc/self"))
     time.sleep(30)
     return "woke up"
 "#;
