@@ -52,6 +52,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
+use toolwire_engine::tools::confined::Sandbox;
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
 use toolwire_engine::watch::{self, OwnWrites, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, TurnOptions};
@@ -84,6 +85,11 @@ pub struct AcpSettings {
     /// so an editor that opens thread after thread does not pile up
     /// watchers and server processes. At least 1.
     pub max_open_sessions: usize,
+    /// What every session's commands run under (`run_command`). One for
+    /// all sessions today; per-mode policies (once sessions have ACP
+    /// modes, issue 21) would choose one here by the session's mode.
+    /// The default has no helper: commands are refused.
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl Default for AcpSettings {
@@ -96,6 +102,7 @@ impl Default for AcpSettings {
             },
             watch: Some(WatchSettings::default()),
             max_open_sessions: 16,
+            sandbox: Arc::new(Sandbox::none()),
         }
     }
 }
@@ -411,7 +418,11 @@ impl AcpAgent {
         );
         let mut tools = self.engine.tools().clone();
         let tasks = Arc::new(builtin::BackgroundTasks::new());
-        for tool in builtin::all_with(workspace.clone(), tasks.clone()) {
+        for tool in builtin::all_with(
+            workspace.clone(),
+            tasks.clone(),
+            self.settings.sandbox.clone(),
+        ) {
             tools.register(tool);
         }
         let caps = self.client_caps();

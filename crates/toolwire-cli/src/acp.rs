@@ -61,6 +61,7 @@ pub async fn run(args: &AcpArgs) -> Result<ExitCode> {
     let running = settings.start_unwatched().await?;
     let acp = toolwire_acp::AcpSettings {
         watch: settings.watch_settings(),
+        sandbox: running.sandbox.clone(),
         ..settings.acp.clone()
     };
     toolwire_acp::serve_stdio(running.engine.clone(), acp).await?;

@@ -17,12 +17,60 @@ use toolwire_engine::provider::{
 };
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
+use toolwire_engine::tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
 use toolwire_engine::tools::mcp::{self, McpServerConfig};
-use toolwire_engine::tools::python::PythonLimits;
+use toolwire_engine::tools::python::{PythonLimits, PythonSandbox};
 use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
 
-pub const DEFAULT_DB: &str = "sqlite://toolwire.db";
+/// The database a working directory kept from before the default moved.
+const OLD_DEFAULT_DB: &str = "toolwire.db";
+
+/// The hidden subcommand that runs the sandbox helper (`toolwire
+/// SANDBOX_SUBCOMMAND --policy JSON -- argv`): dispatched in `main` before
+/// anything else starts, never listed by `--help`.
+pub const SANDBOX_SUBCOMMAND: &str = "__sandbox";
+
+/// The default database: `$XDG_DATA_HOME/toolwire/toolwire.db`, else
+/// `~/.local/share/toolwire/toolwire.db` (the directory made on first
+/// use), outside every workspace, so that commands never meet it. A
+/// `toolwire.db` left in the working directory by earlier versions is
+/// still used, with a warning saying how to move it.
+pub fn default_db() -> Result<String> {
+    if Path::new(OLD_DEFAULT_DB).is_file() {
+        let target = data_dir().map(|d| d.join("toolwire.db"));
+        tracing::warn!(
+            "using ./{OLD_DEFAULT_DB} from the working directory (the default database moved to \
+             the per-user data directory, out of reach of commands): move it with `mv \
+             toolwire.db* {}` or keep it with --db sqlite://toolwire.db",
+            target
+                .as_ref()
+                .map_or("$XDG_DATA_HOME/toolwire/".to_owned(), |t| format!(
+                    "{}/",
+                    t.parent().unwrap_or(Path::new(".")).display()
+                ))
+        );
+        return Ok(format!("sqlite://{OLD_DEFAULT_DB}"));
+    }
+    let dir = data_dir()
+        .context("no place for the default database: set XDG_DATA_HOME or HOME, or give --db")?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("making the data directory {}", dir.display()))?;
+    Ok(format!("sqlite://{}", dir.join("toolwire.db").display()))
+}
+
+/// `$XDG_DATA_HOME/toolwire`, else `$HOME/.local/share/toolwire`.
+fn data_dir() -> Option<PathBuf> {
+    let nonempty = |key: &str| {
+        std::env::var_os(key)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    nonempty("XDG_DATA_HOME")
+        .filter(|p| p.is_absolute())
+        .or_else(|| nonempty("HOME").map(|home| home.join(".local/share")))
+        .map(|base| base.join("toolwire"))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -47,7 +95,9 @@ pub enum ToolFormatArg {
 /// Flags every command that runs the engine accepts.
 #[derive(Debug, Clone, Args, Default)]
 pub struct EngineArgs {
-    /// Database URL: sqlite://PATH or postgres://… [default: sqlite://toolwire.db]
+    /// Database URL: sqlite://PATH or postgres://… [default:
+    /// $XDG_DATA_HOME/toolwire/toolwire.db, else
+    /// ~/.local/share/toolwire/toolwire.db; ./toolwire.db if it exists]
     #[arg(long, env = "TOOLWIRE_DB", value_name = "URL")]
     pub db: Option<String>,
     /// TOML config file with the same keys as these flags, and prices and
@@ -78,6 +128,12 @@ pub struct EngineArgs {
     /// Root of the built-in file tools [default: the working directory].
     #[arg(long, env = "TOOLWIRE_WORKSPACE", value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// What commands and Python tools may touch: read-only,
+    /// workspace-write (write only the workspace and a private temp dir,
+    /// no network) or full (no file or network confinement)
+    /// [default: workspace-write; the [sandbox] table sets the rest].
+    #[arg(long, env = "TOOLWIRE_SANDBOX", value_name = "MODE")]
+    pub sandbox: Option<Mode>,
 }
 
 /// The config file: the same keys, plus what has no flag.
@@ -153,6 +209,79 @@ struct FileConfig {
     /// `[acp]`: what `toolwire acp` asks about and how it sends tool calls.
     #[serde(default)]
     acp: AcpFile,
+    /// `[sandbox]`: what commands and Python tools may do.
+    #[serde(default)]
+    sandbox: SandboxFile,
+}
+
+/// The `[sandbox]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxFile {
+    /// `read-only`, `workspace-write` (default) or `full`.
+    mode: Option<Mode>,
+    /// Sockets allowed (default false).
+    network: Option<bool>,
+    /// Extra readable directories.
+    #[serde(default)]
+    read: Vec<PathBuf>,
+    /// Extra writable directories (in `workspace-write`).
+    #[serde(default)]
+    write: Vec<PathBuf>,
+    /// Environment variables passed to commands besides the allow-list.
+    #[serde(default)]
+    env: Vec<String>,
+    /// Processes a command may start (default 4096).
+    max_processes: Option<u64>,
+    /// Largest file a command may write, MiB (default 4096).
+    max_file_size_mb: Option<u64>,
+    /// CPU seconds per process (default: none).
+    cpu_seconds: Option<u64>,
+    /// Address space per process, MiB (default: none).
+    memory_mb: Option<u64>,
+    /// Run confined modes where the kernel lacks Landlock (default false).
+    accept_weaker: Option<bool>,
+}
+
+impl SandboxFile {
+    fn policy(self, mode: Option<Mode>) -> Result<Policy> {
+        let defaults = Limits::commands();
+        let mib = |v: Option<u64>| v.map(|mb| mb.saturating_mul(1024 * 1024));
+        for name in &self.env {
+            if toolwire_sandbox::forbidden_env(name) {
+                bail!(
+                    "[sandbox] env names `{name}`, which commands never get (toolwire's own \
+                     settings and keys, provider keys, TMPDIR)"
+                );
+            }
+        }
+        let absolute = |dirs: Vec<PathBuf>, key: &str| -> Result<Vec<PathBuf>> {
+            dirs.into_iter()
+                .map(|d| {
+                    if d.is_absolute() {
+                        Ok(d)
+                    } else {
+                        bail!("[sandbox] {key}: `{}` is not an absolute path", d.display())
+                    }
+                })
+                .collect()
+        };
+        Ok(Policy {
+            mode: mode.or(self.mode).unwrap_or_default(),
+            network: self.network.unwrap_or(false),
+            read: absolute(self.read, "read")?,
+            write: absolute(self.write, "write")?,
+            env: self.env,
+            limits: Limits {
+                processes: self.max_processes.or(defaults.processes),
+                file_size: mib(self.max_file_size_mb).or(defaults.file_size),
+                cpu_seconds: self.cpu_seconds.or(defaults.cpu_seconds),
+                memory: mib(self.memory_mb).or(defaults.memory),
+            },
+            protected: Vec::new(),
+            accept_weaker: self.accept_weaker.unwrap_or(false),
+        })
+    }
 }
 
 /// The `[acp]` table.
@@ -211,6 +340,8 @@ impl AcpFile {
             max_open_sessions: self
                 .max_open_sessions
                 .map_or(defaults.max_open_sessions, |n| n.max(1)),
+            // Filled by `acp` once the engine (and its sandbox) started.
+            sandbox: defaults.sandbox,
         }
     }
 }
@@ -340,6 +471,9 @@ pub struct Settings {
     pub acp: toolwire_acp::AcpSettings,
     /// Bounds on what a model server may do to a step.
     pub model_limits: ModelLimits,
+    /// What commands and Python tools run under (the `[sandbox]` table
+    /// and `--sandbox`), with the database and config files protected.
+    pub sandbox_policy: Policy,
 }
 
 /// How long a model server may keep a step waiting and how much it is
@@ -433,13 +567,24 @@ impl EngineArgs {
                 None => "the MCP servers are not valid".to_owned(),
             })?;
         let defaults = EngineConfig::default();
+        let db = match self.db.clone().or(file.db) {
+            Some(db) => db,
+            None => default_db()?,
+        };
+        let mut sandbox_policy = file
+            .sandbox
+            .policy(self.sandbox)
+            .with_context(|| match &self.config {
+                Some(path) => format!("config file {} is not valid", path.display()),
+                None => "the sandbox settings are not valid".to_owned(),
+            })?;
+        // Commands never open toolwire's own files, wherever they are.
+        let mut protected: Vec<PathBuf> = toolwire_store::local_files(&db);
+        protected.extend(self.config.clone());
+        sandbox_policy.protected = toolwire_sandbox::canonical(protected);
         Ok(Settings {
             http,
-            db: self
-                .db
-                .clone()
-                .or(file.db)
-                .unwrap_or_else(|| DEFAULT_DB.to_owned()),
+            db,
             provider,
             base_url: self.base_url.clone().or(file.base_url),
             model,
@@ -496,6 +641,7 @@ impl EngineArgs {
             acp: file.acp.settings(),
             mcp_servers,
             model_limits,
+            sandbox_policy,
         })
     }
 }
@@ -569,12 +715,46 @@ impl Settings {
             .with_context(|| format!("workspace {}", self.workspace.display()))
     }
 
-    /// The built-in tools, confined to `workspace`, and the tools of the
-    /// configured MCP servers (a server that fails to start is logged as a
-    /// warning and left out).
-    pub async fn tools(&self, workspace: Arc<Workspace>) -> Result<ToolRegistry> {
+    /// The sandbox commands run in: this very binary's hidden helper
+    /// subcommand, probed once; what it found is logged (a warning when
+    /// the kernel confines less than the mode means).
+    pub fn sandbox(&self) -> Result<Arc<Sandbox>> {
+        let exe = std::env::current_exe().context("finding the toolwire binary")?;
+        let sandbox = Sandbox::new(
+            Helper {
+                exe,
+                args: vec![SANDBOX_SUBCOMMAND.into()],
+            },
+            self.sandbox_policy.clone(),
+        );
+        let line = sandbox.describe();
+        if sandbox
+            .support()
+            .shortfall(self.sandbox_policy.mode, self.sandbox_policy.network)
+            .is_some()
+        {
+            tracing::warn!("sandbox: {line}");
+        } else {
+            tracing::info!("sandbox: {line}");
+        }
+        Ok(Arc::new(sandbox))
+    }
+
+    /// Where Python-source tools run: `sandbox`, with this workspace.
+    pub fn python_sandbox(&self, sandbox: Arc<Sandbox>) -> Result<PythonSandbox> {
+        Ok(PythonSandbox::new(sandbox, self.workspace()?.root()))
+    }
+
+    /// The built-in tools, confined to `workspace` (commands through
+    /// `sandbox`), and the tools of the configured MCP servers (a server
+    /// that fails to start is logged as a warning and left out).
+    pub async fn tools(
+        &self,
+        workspace: Arc<Workspace>,
+        sandbox: Arc<Sandbox>,
+    ) -> Result<ToolRegistry> {
         let mut registry = ToolRegistry::new();
-        for tool in builtin::all(workspace) {
+        for tool in builtin::all(workspace, sandbox) {
             registry.register(tool);
         }
         // connect_all logs each failed server as a warning itself. Servers
@@ -622,10 +802,11 @@ impl Settings {
             .await
             .with_context(|| format!("opening the database {}", self.db))?;
         let workspace = Arc::new(self.workspace()?);
+        let sandbox = self.sandbox()?;
         let engine = Engine::start(
             store,
             self.provider()?,
-            self.tools(workspace.clone()).await?,
+            self.tools(workspace.clone(), sandbox.clone()).await?,
             self.engine.clone(),
         )
         .await?;
@@ -641,7 +822,11 @@ impl Settings {
         } else {
             None
         };
-        Ok(Running { engine, watcher })
+        Ok(Running {
+            engine,
+            watcher,
+            sandbox,
+        })
     }
 }
 
@@ -651,6 +836,8 @@ impl Settings {
 pub struct Running {
     pub engine: Engine,
     watcher: Option<WatchHandle>,
+    /// What commands run under (shared with the front doors' own tools).
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl Running {
@@ -832,5 +1019,43 @@ mod tests {
                 && !message.contains("s3cret"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_sandbox_table_becomes_the_policy_and_names_what_is_wrong() {
+        let settings = resolve(
+            "db = \"sqlite://t.db\"\n[sandbox]\nmode = \"read-only\"\nnetwork = true\n\
+             read = [\"/opt/sdk\"]\nenv = [\"CI\"]\nmax_processes = 64\nmemory_mb = 100\n\
+             accept_weaker = true\n",
+        )
+        .unwrap();
+        let p = &settings.sandbox_policy;
+        assert_eq!(p.mode, Mode::ReadOnly);
+        assert!(p.network && p.accept_weaker);
+        assert_eq!(p.read, [PathBuf::from("/opt/sdk")]);
+        assert_eq!(p.env, ["CI"]);
+        assert_eq!(p.limits.processes, Some(64));
+        assert_eq!(p.limits.memory, Some(100 * 1024 * 1024));
+        // The database and the config file are protected, by their real paths.
+        assert!(p.protected.iter().any(|f| f.ends_with("t.db")));
+        assert!(p.protected.iter().any(|f| f.ends_with("toolwire.toml")));
+        assert!(p.protected.iter().all(|f| f.is_absolute()));
+
+        for (toml, says) in [
+            (
+                "[sandbox]\nenv = [\"OPENAI_API_KEY\"]\n",
+                "`OPENAI_API_KEY`",
+            ),
+            ("[sandbox]\nenv = [\"TOOLWIRE_DB\"]\n", "`TOOLWIRE_DB`"),
+            ("[sandbox]\nwrite = [\"rel/dir\"]\n", "not an absolute path"),
+            ("[sandbox]\nmode = \"open\"\n", "unknown variant"),
+        ] {
+            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
+            let Err(error) = resolve(&toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
     }
 }

@@ -54,6 +54,14 @@ enum StreamCommand {
 }
 
 fn main() -> ExitCode {
+    // The sandbox helper first: a process per command, so nothing else
+    // (allocator tuning, logging, a runtime) may cost it time.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == config::SANDBOX_SUBCOMMAND)
+    {
+        toolwire_sandbox::helper::main(std::env::args_os().skip(2));
+    }
     malloc::tune();
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries answers and protocols); RUST_LOG

@@ -38,7 +38,7 @@ pub struct ServeArgs {
 
 pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     let settings = args.engine.resolve()?;
-    let server = ServerSettings {
+    let mut server = ServerSettings {
         api_keys: settings.api_keys.clone(),
         python: settings.python.clone(),
         allowed_hosts: settings.http.allowed_hosts.clone(),
@@ -52,6 +52,7 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     let listener = toolwire_server::bind(args.addr, &server).await?;
     // Kept to the end: the file watcher runs as long as `running`.
     let running = settings.start().await?;
+    server.python_sandbox = settings.python_sandbox(running.sandbox.clone())?;
     let engine = running.engine.clone();
     let addr = listener.local_addr()?;
     eprintln!(

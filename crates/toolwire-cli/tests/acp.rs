@@ -250,7 +250,9 @@ fn spawn_logging(
     log: Option<&Path>,
 ) -> (AgentProcess, Transport, Arc<std::sync::atomic::AtomicU64>) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
-    cmd.current_dir(home).env_remove("RUST_LOG");
+    cmd.current_dir(home)
+        .env_remove("RUST_LOG")
+        .env("XDG_DATA_HOME", home.join(".xdg"));
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLWIRE_") {
             cmd.env_remove(k);

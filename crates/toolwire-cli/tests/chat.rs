@@ -22,6 +22,7 @@ impl Session {
             .current_dir(dir)
             .args(["chat", "--provider", "scripted", "--script", "script.yaml"])
             .env_remove("RUST_LOG")
+            .env("XDG_DATA_HOME", dir.join(".xdg"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -11,7 +11,11 @@ use toolwire_core::{ContentBlock, ConversationId, Role, StopReason};
 
 fn toolwire(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolwire"));
-    cmd.current_dir(dir).env_remove("RUST_LOG");
+    // The default database goes to the per-user data directory: this
+    // test's, never the real one.
+    cmd.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("XDG_DATA_HOME", dir.join(".xdg"));
     for (k, _) in std::env::vars() {
         if k.starts_with("TOOLWIRE_") {
             cmd.env_remove(k);
@@ -60,9 +64,48 @@ fn answers_on_stdout_activity_on_stderr_and_exit_zero() {
         "{stderr}"
     );
     assert!(
-        dir.path().join("toolwire.db").exists(),
-        "default database in the working directory"
+        dir.path().join(".xdg/toolwire/toolwire.db").exists(),
+        "default database in the per-user data directory"
     );
+    assert!(!dir.path().join("toolwire.db").exists());
+}
+
+#[test]
+fn a_database_left_in_the_working_directory_is_kept_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let script = script(dir.path(), READ_THEN_ANSWER);
+    let run = || {
+        toolwire(dir.path())
+            .args(["exec", "--provider", "scripted", "--script", &script, "hi"])
+            .output()
+            .unwrap()
+    };
+    // Made where the default was before it moved, by --db.
+    let db = "sqlite://toolwire.db";
+    let made = toolwire(dir.path())
+        .args([
+            "exec",
+            "--db",
+            db,
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("using ./toolwire.db from the working directory")
+            && stderr.contains("mv toolwire.db*"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join(".xdg/toolwire/toolwire.db").exists());
 }
 
 #[test]
@@ -291,4 +334,108 @@ turns:
     let second = store.children(result.id).await.unwrap().remove(0);
     assert_eq!(second.text(), "Now a long one.");
     assert_eq!(second.tool_uses().next().unwrap().2, "run_command");
+}
+
+/// The processes whose command line holds `word` (zombies left out).
+fn running_with(word: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+            });
+            !zombie
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == word.as_bytes()))
+        })
+        .collect()
+}
+
+/// The hidden helper subcommand, end to end: the model's `run_command`
+/// runs confined by `toolwire` itself (current_exe), with the database in
+/// the workspace, keys in toolwire's environment and a loopback server.
+#[test]
+fn exec_runs_commands_in_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside-secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let marker = format!("{}", 800_000_000 + std::process::id());
+    // Output words are computed ($((…))) so that the command's own text,
+    // which the events carry too, cannot match them.
+    let command = format!(
+        "env; cat toolwire.db >/dev/null 2>&1 && echo DB-$((1+1)) || echo DB-$((2+2)); \
+         cat {out}/secret.txt || echo OUT-$((2+2)); \
+         echo x > {out}/w.txt && echo WRITE-$((1+1)); \
+         python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\" \
+         >/dev/null 2>&1 && echo NET-$((1+1)) || echo NET-$((2+2)); \
+         setsid sleep {marker} & echo started",
+        out = outside.path().display()
+    );
+    let yaml = format!(
+        "steps:\n  - text: \"Running.\"\n    tool_calls: [{{name: run_command, arguments: {{command: {}}}}}]\n  - text: \"Done.\"\n",
+        serde_json::to_string(&command).unwrap()
+    );
+    let script = script(dir.path(), &yaml);
+    let run = |mode: &str| {
+        let out = toolwire(dir.path())
+            .env("OPENAI_API_KEY", "sk-e2e-openai")
+            .env("ANTHROPIC_API_KEY", "sk-e2e-anthropic")
+            .env("TOOLWIRE_API_KEYS", "tw-e2e-key")
+            .args([
+                "exec",
+                "--json",
+                "--db",
+                "sqlite://toolwire.db",
+                "--sandbox",
+                mode,
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    let events = run("workspace-write");
+    assert!(events.contains("started"), "{events}");
+    for denied in ["DB-4", "OUT-4", "NET-4"] {
+        assert!(events.contains(denied), "{denied} missing: {events}");
+    }
+    for key in [
+        "sk-e2e-openai",
+        "sk-e2e-anthropic",
+        "tw-e2e-key",
+        "TOOLWIRE_",
+    ] {
+        assert!(!events.contains(key), "{key} reached the command: {events}");
+    }
+    assert!(!events.contains("WRITE-2") && !events.contains("outside-secret"));
+    assert!(!outside.path().join("w.txt").exists());
+    assert_eq!(
+        running_with(&marker),
+        Vec::<u32>::new(),
+        "setsid child left behind"
+    );
+
+    // The policy decides: the same command under full.
+    let events = run("full");
+    for allowed in ["DB-2", "outside-secret", "WRITE-2", "NET-2"] {
+        assert!(events.contains(allowed), "{allowed} missing: {events}");
+    }
+    assert!(!events.contains("sk-e2e-openai"));
+    assert_eq!(running_with(&marker), Vec::<u32>::new());
 }

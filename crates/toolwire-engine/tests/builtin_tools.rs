@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::gone;
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 use toolwire_core::{Progress, ToolCallId};
@@ -49,7 +48,7 @@ impl Fixture {
     }
 
     fn tool(&self, name: &str) -> Arc<dyn Tool> {
-        builtin::all(self.workspace.clone())
+        builtin::all(self.workspace.clone(), support::sandbox())
             .into_iter()
             .find(|t| t.spec().name == name)
             .unwrap()
@@ -650,9 +649,10 @@ async fn cancelling_kills_the_whole_process_group() {
     let (ctx, mut rx) = with_progress();
     let cancel = ctx.cancel.clone();
     let tool = f.tool("run_command");
+    let marker = support::marker();
     let run = tokio::spawn(async move {
         tool.call(
-            json!({"command": "(sleep 1 && touch marker) & echo $!; wait"}),
+            json!({"command": format!("(sleep 1 && touch marker) & sleep {marker} & echo started; wait")}),
             ctx,
         )
         .await
@@ -667,7 +667,7 @@ async fn cancelling_kills_the_whole_process_group() {
             output.push_str(&text);
         }
     }
-    let child: u32 = output.trim().parse().unwrap();
+    assert!(!support::running_with(marker).is_empty(), "the child runs");
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(5), run)
         .await
@@ -675,9 +675,10 @@ async fn cancelling_kills_the_whole_process_group() {
         .unwrap();
     assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
 
+    let left = support::running_with(marker);
     assert!(
-        gone(child).await,
-        "background child {child} survived the cancel"
+        left.is_empty(),
+        "background child {left:?} survived the cancel"
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!f.path("marker").exists(), "the child ran to completion");
@@ -686,18 +687,20 @@ async fn cancelling_kills_the_whole_process_group() {
 #[tokio::test]
 async fn background_processes_do_not_outlive_the_command() {
     let f = Fixture::new();
+    let marker = support::marker();
+    let started = Instant::now();
     let out = f
-        .call("run_command", json!({"command": "sleep 30 & echo $!"}))
+        .call(
+            "run_command",
+            json!({"command": format!("sleep {marker} & echo started")}),
+        )
         .await
         .unwrap();
-    let pid: u32 = out.content.lines().next().unwrap().parse().unwrap();
-    assert!(
-        out.content
-            .contains("background processes still holding the output were killed"),
-        "{}",
-        out.content
-    );
-    assert!(gone(pid).await);
+    assert!(out.content.starts_with("started\n"), "{}", out.content);
+    // Ended with the shell, not after it: the call does not wait for them.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let left = support::running_with(marker);
+    assert!(left.is_empty(), "{left:?} outlived the command");
 }
 
 // ---------------------------------------------------------------- registry
@@ -705,7 +708,7 @@ async fn background_processes_do_not_outlive_the_command() {
 #[test]
 fn all_returns_every_tool_with_a_schema() {
     let f = Fixture::new();
-    let tools = builtin::all(f.workspace.clone());
+    let tools = builtin::all(f.workspace.clone(), support::sandbox());
     let names: Vec<_> = tools
         .iter()
         .map(|t| (t.spec().name.clone(), t.spec().read_only))

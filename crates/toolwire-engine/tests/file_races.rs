@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 use toolwire_engine::tools::builtin::{self, Workspace};
 use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
+mod support;
+
 /// Long enough for a loaded CI machine, short enough that a tool that
 /// blocks fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -49,7 +51,7 @@ impl Tools {
     fn new(root: &Path) -> Tools {
         let workspace = Arc::new(Workspace::new(root).unwrap());
         Tools {
-            tools: builtin::all(workspace),
+            tools: builtin::all(workspace, support::sandbox()),
         }
     }
 

@@ -45,7 +45,7 @@ async fn setup(replies: Vec<Reply>, files: &[(&str, &str)]) -> Setup {
     let server = MockServer::start(replies).await;
     let provider = Arc::new(OpenAiProvider::new(http(&server.url), "gpt-test", true));
     let mut tools = echo_tools(&["slow"], SLOW);
-    for tool in builtin::all(Arc::new(workspace.clone())) {
+    for tool in builtin::all(Arc::new(workspace.clone()), support::sandbox()) {
         tools.register(tool);
     }
     let (engine, db) = engine(provider, tools, EngineConfig::default()).await;
@@ -282,7 +282,10 @@ fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
 #[tokio::test]
 async fn background_tasks_outlive_a_cancelled_turn_and_stay_in_their_conversation() {
     let root = tempfile::tempdir().unwrap();
-    let tools = builtin::all(Arc::new(Workspace::new(root.path()).unwrap()));
+    let tools = builtin::all(
+        Arc::new(Workspace::new(root.path()).unwrap()),
+        support::sandbox(),
+    );
     let (run, status) = (tool(&tools, "run_command"), tool(&tools, "task_status"));
     let sink = Arc::new(Collected::default());
     let mut ctx = ToolContext::detached("call_1");
@@ -347,22 +350,30 @@ async fn background_tasks_outlive_a_cancelled_turn_and_stay_in_their_conversatio
 #[tokio::test]
 async fn background_tasks_die_with_the_tools() {
     let root = tempfile::tempdir().unwrap();
-    let tools = builtin::all(Arc::new(Workspace::new(root.path()).unwrap()));
+    let tools = builtin::all(
+        Arc::new(Workspace::new(root.path()).unwrap()),
+        support::sandbox(),
+    );
+    let marker = support::marker();
     let out = tool(&tools, "run_command")
         .call(
-            json!({"command": "sleep 30 & echo $! > child.pid; wait", "background": true}),
+            json!({"command": format!("sleep {marker} & echo $! > child.pid; wait"), "background": true}),
             ToolContext::detached("call"),
         )
         .await
         .unwrap();
     assert!(!out.is_error, "{}", out.content);
-    let pid = child_pid(root.path()).await;
+    started(root.path(), marker).await;
     drop(tools);
-    assert!(gone(pid).await, "the task's processes outlived its tools");
+    assert!(
+        support::none_with(marker).await,
+        "the task's processes outlived its tools"
+    );
 }
 
 #[tokio::test]
 async fn background_tasks_die_with_the_engine() {
+    let marker = support::marker();
     let s = setup(
         vec![
             Reply::sse(openai_sse(
@@ -370,7 +381,7 @@ async fn background_tasks_die_with_the_engine() {
                 &[call(
                     "call_bg",
                     "run_command",
-                    json!({"command": "sleep 30 & echo $! > child.pid; wait", "background": true}),
+                    json!({"command": format!("sleep {marker} & echo $! > child.pid; wait"), "background": true}),
                 )],
             )),
             Reply::sse(openai_sse("Started.", &[])),
@@ -381,7 +392,7 @@ async fn background_tasks_die_with_the_engine() {
     let conv = s.engine.create_conversation(None).await.unwrap();
     let outcome = s.engine.run(conv.id, "start it").await.unwrap();
     assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
-    let pid = child_pid(s.root.path()).await;
+    started(s.root.path(), marker).await;
     let Setup {
         engine,
         _watcher,
@@ -391,28 +402,22 @@ async fn background_tasks_die_with_the_engine() {
     // The watcher holds the engine too.
     drop(_watcher);
     drop(engine);
-    assert!(gone(pid).await, "the task's processes outlived the engine");
+    assert!(
+        support::none_with(marker).await,
+        "the task's processes outlived the engine"
+    );
 }
 
-/// The pid a test command wrote to `child.pid` (a process it left running).
-async fn child_pid(root: &Path) -> u32 {
+/// Waits for a test command to write `child.pid` (it started `sleep
+/// MARKER`, which runs).
+async fn started(root: &Path, marker: u64) {
     let pid_file = root.join("child.pid");
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            assert!(!gone_now(pid));
-            return pid;
-        }
+    while std::fs::read_to_string(&pid_file).map_or(true, |s| s.trim().is_empty()) {
         assert!(Instant::now() < deadline, "the task did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn gone_now(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
+    assert!(!support::running_with(marker).is_empty());
 }
 
 /// The watcher alone, with a sink that records what it reports.

@@ -6,10 +6,23 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
+use toolwire_engine::tools::python::PythonSandbox;
 use toolwire_engine::tools::python::{
     PythonLimits, PythonTool, PythonToolDef, PythonToolError, derive_schema, derive_schema_with,
 };
 use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
+
+mod support;
+
+/// The default sandbox, with the working directory as the workspace.
+fn python_sandbox() -> PythonSandbox {
+    python_sandbox_in(&std::env::current_dir().unwrap())
+}
+
+/// The default sandbox, with `dir` as the workspace (writable).
+fn python_sandbox_in(dir: &std::path::Path) -> PythonSandbox {
+    PythonSandbox::new(support::sandbox(), dir.canonicalize().unwrap())
+}
 
 const SOURCE: &str = r#"
 import json
@@ -65,8 +78,9 @@ def hog(mib: int = 2048):
 
 
 def sleeper(pid_file: str):
+    # The pid outside the sandbox's PID namespace: /proc is the host's.
     with open(pid_file, "w") as f:
-        f.write(str(os.getpid()))
+        f.write(os.readlink("/proc/self"))
     time.sleep(30)
     return "woke up"
 "#;
@@ -81,9 +95,13 @@ fn def(name: &str, source: &str, json_schema: Option<Value>) -> PythonToolDef {
 }
 
 async fn tool(name: &str) -> PythonTool {
-    PythonTool::new(def(name, SOURCE, None), PythonLimits::default())
-        .await
-        .unwrap()
+    PythonTool::new(
+        def(name, SOURCE, None),
+        PythonLimits::default(),
+        python_sandbox(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn call(tool: &PythonTool, args: Value) -> Result<ToolOutput, ToolError> {
@@ -150,7 +168,9 @@ async fn wrong_arguments_are_reported_as_such() {
 
 #[tokio::test]
 async fn schema_from_a_google_style_docstring() {
-    let info = derive_schema(SOURCE, "add").await.unwrap();
+    let info = derive_schema(SOURCE, "add", &python_sandbox())
+        .await
+        .unwrap();
     assert_eq!(info.name, "add");
     assert_eq!(info.description, "Adds two integers.");
     assert_eq!(
@@ -204,7 +224,9 @@ def find(
         exact (bool): Match the whole query.
     """
 "#;
-    let info = derive_schema(source, "find").await.unwrap();
+    let info = derive_schema(source, "find", &python_sandbox())
+        .await
+        .unwrap();
     assert_eq!(info.description, "Finds documents matching a query.");
     assert_eq!(
         info.parameters,
@@ -226,9 +248,13 @@ def find(
     );
 
     // As in Letta, `Optional[X]` without a default may also be left out.
-    let info = derive_schema("def f(a: Optional[int], b: int): pass", "f")
-        .await
-        .unwrap();
+    let info = derive_schema(
+        "def f(a: Optional[int], b: int): pass",
+        "f",
+        &python_sandbox(),
+    )
+    .await
+    .unwrap();
     assert_eq!(info.parameters["required"], json!(["b"]));
 }
 
@@ -259,7 +285,9 @@ def collect(
     :returns: nothing
     """
 "#;
-    let info = derive_schema(source, "collect").await.unwrap();
+    let info = derive_schema(source, "collect", &python_sandbox())
+        .await
+        .unwrap();
     assert_eq!(info.description, "Collects things.");
     assert_eq!(
         info.parameters,
@@ -283,9 +311,13 @@ def collect(
 
     // A list argument reaches the function as a list.
     let source = "from typing import List\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n";
-    let tool = PythonTool::new(def("total", source, None), PythonLimits::default())
-        .await
-        .unwrap();
+    let tool = PythonTool::new(
+        def("total", source, None),
+        PythonLimits::default(),
+        python_sandbox(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         call(&tool, json!({"xs": [1, 2, 3]})).await.unwrap(),
         ToolOutput::ok("6")
@@ -300,14 +332,16 @@ async fn schema_derivation_never_runs_the_source() {
         "open({:?}, 'w').write('ran')\nraise SystemExit(3)\n\ndef f(x: int):\n    \"\"\"Does f.\"\"\"\n",
         marker.display().to_string()
     );
-    let info = derive_schema(&source, "f").await.unwrap();
+    let info = derive_schema(&source, "f", &python_sandbox())
+        .await
+        .unwrap();
     assert_eq!(info.description, "Does f.");
     assert!(!marker.exists());
 }
 
 #[tokio::test]
 async fn schema_errors_are_clear() {
-    let err = derive_schema("def f(x: int):\n    return x +\n", "f")
+    let err = derive_schema("def f(x: int):\n    return x +\n", "f", &python_sandbox())
         .await
         .unwrap_err();
     assert!(
@@ -320,7 +354,9 @@ async fn schema_errors_are_clear() {
         "{err}"
     );
 
-    let err = derive_schema(SOURCE, "subtract").await.unwrap_err();
+    let err = derive_schema(SOURCE, "subtract", &python_sandbox())
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, PythonToolError::FunctionNotFound { name, .. } if name == "subtract"),
         "{err:?}"
@@ -332,7 +368,7 @@ async fn schema_errors_are_clear() {
     );
     assert!(message.contains("add, chatty"), "{message}");
 
-    let err = derive_schema("def f(data: bytes): pass", "f")
+    let err = derive_schema("def f(data: bytes): pass", "f", &python_sandbox())
         .await
         .unwrap_err();
     assert!(
@@ -344,6 +380,7 @@ async fn schema_errors_are_clear() {
         std::path::Path::new("python3-not-installed-here"),
         SOURCE,
         "add",
+        &python_sandbox(),
     )
     .await
     .unwrap_err();
@@ -370,6 +407,7 @@ async fn a_given_schema_is_used_without_running_python() {
     let tool = PythonTool::with_interpreter(
         def("add", SOURCE, Some(letta)),
         PythonLimits::default(),
+        python_sandbox(),
         "python3-not-installed-here",
     )
     .await
@@ -385,7 +423,7 @@ async fn a_given_schema_is_used_without_running_python() {
     // The definition's own description wins over the schema's.
     let mut with_description = def("add", SOURCE, Some(parameters.clone()));
     with_description.description = "Mine.".into();
-    let tool = PythonTool::new(with_description, PythonLimits::default())
+    let tool = PythonTool::new(with_description, PythonLimits::default(), python_sandbox())
         .await
         .unwrap();
     assert_eq!(tool.spec().description, "Mine.");
@@ -402,6 +440,7 @@ async fn a_given_schema_is_used_without_running_python() {
             Some(parameters.clone()),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -417,6 +456,7 @@ async fn a_given_schema_is_used_without_running_python() {
             Some(parameters),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -449,6 +489,7 @@ async fn an_exception_is_an_error_result_with_its_traceback() {
             Some(json!({"type": "object", "properties": {}})),
         ),
         PythonLimits::default(),
+        python_sandbox(),
     )
     .await
     .unwrap();
@@ -515,6 +556,7 @@ async fn a_long_call_times_out() {
             timeout: Duration::from_secs(1),
             ..PythonLimits::default()
         },
+        python_sandbox_in(dir.path()),
     )
     .await
     .unwrap();
@@ -532,7 +574,13 @@ async fn a_long_call_times_out() {
 async fn cancelling_kills_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let sleeper = tool("sleeper").await;
+    let sleeper = PythonTool::new(
+        def("sleeper", SOURCE, None),
+        PythonLimits::default(),
+        python_sandbox_in(dir.path()),
+    )
+    .await
+    .unwrap();
     let ctx = ToolContext::detached("call");
     let cancel = ctx.cancel.clone();
     let started = Instant::now();

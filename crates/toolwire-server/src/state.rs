@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use toolwire_engine::Engine;
-use toolwire_engine::tools::python::PythonLimits;
+use toolwire_engine::tools::confined::Sandbox;
+use toolwire_engine::tools::python::{PythonLimits, PythonSandbox};
 use toolwire_store::Store;
 
 /// How the server behaves.
@@ -15,6 +16,9 @@ pub struct ServerSettings {
     pub api_keys: Vec<String>,
     /// Limits of Python-source tools.
     pub python: PythonLimits,
+    /// Where Python-source tools run. The default has no helper: they
+    /// are refused.
+    pub python_sandbox: PythonSandbox,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
     /// Seconds between keep-alive pings on a stream that asked for them.
@@ -53,6 +57,7 @@ impl Default for ServerSettings {
         ServerSettings {
             api_keys: Vec::new(),
             python: PythonLimits::default(),
+            python_sandbox: PythonSandbox::new(Arc::new(Sandbox::none()), "."),
             body_limit: 8 * 1024 * 1024,
             ping_interval: std::time::Duration::from_secs(10),
             allowed_hosts: Vec::new(),

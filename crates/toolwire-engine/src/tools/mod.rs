@@ -3,6 +3,7 @@
 //! progress). Tool failures are results the model sees, not engine errors.
 
 pub mod builtin;
+pub mod confined;
 pub mod mcp;
 pub mod python;
 

@@ -10,19 +10,25 @@
 //! before its code runs, so they cannot corrupt the reply; they are
 //! forwarded as progress and shown to the model when the call fails.
 //!
-//! The memory limit is `RLIMIT_AS` (address space, set by the runner before
-//! any user code runs), so it counts reserved as well as used memory:
+//! Every run goes through the sandbox helper ([`PythonSandbox`]): the
+//! policy's file-system and network rules, its limits on processes and
+//! file size, CPU seconds up to the timeout, and the memory limit, in the
+//! call's private temp dir as working directory; everything the tool
+//! started ends with the call.
+//!
+//! The memory limit is `RLIMIT_AS` (address space, set by the sandbox and
+//! by the runner before any user code runs), so it counts reserved as well as used memory:
 //! libraries that reserve large arenas (one per thread in glibc, BLAS
 //! thread pools) need a higher limit than their real use suggests.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -30,6 +36,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::confined::{Confined, Cwd, Limits, Sandbox, StartError};
 use crate::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// The runner script, passed to the interpreter with `-c` so nothing has
@@ -72,6 +79,32 @@ impl Default for PythonLimits {
             timeout: DEFAULT_TIMEOUT,
             memory_bytes: DEFAULT_MEMORY_LIMIT,
         }
+    }
+}
+
+/// Where Python tools run: the sandbox, and the workspace its policy
+/// grants (read, and write in `workspace-write`).
+#[derive(Debug, Clone)]
+pub struct PythonSandbox {
+    pub sandbox: Arc<Sandbox>,
+    pub workspace: PathBuf,
+}
+
+impl PythonSandbox {
+    pub fn new(sandbox: Arc<Sandbox>, workspace: impl Into<PathBuf>) -> Self {
+        PythonSandbox {
+            sandbox,
+            workspace: workspace.into(),
+        }
+    }
+
+    /// The sandbox's limits, with the call's memory limit and its timeout
+    /// as CPU seconds.
+    fn limits(&self, memory: u64, timeout: Duration) -> Limits {
+        let mut limits = self.sandbox.policy().limits.clone();
+        limits.memory = Some(memory);
+        limits.cpu_seconds = Some(whole_seconds(timeout).max(1));
+        limits
     }
 }
 
@@ -181,13 +214,19 @@ pub struct PythonTool {
     source_code: String,
     limits: PythonLimits,
     interpreter: PathBuf,
+    sandbox: PythonSandbox,
 }
 
 impl PythonTool {
-    /// Defines the tool with the default interpreter (`python3`). Runs it
-    /// once to derive the schema when `def.json_schema` is absent.
-    pub async fn new(def: PythonToolDef, limits: PythonLimits) -> Result<Self, PythonToolError> {
-        Self::with_interpreter(def, limits, DEFAULT_INTERPRETER).await
+    /// Defines the tool with the default interpreter (`python3`), run
+    /// through `sandbox`. Runs it once to derive the schema when
+    /// `def.json_schema` is absent.
+    pub async fn new(
+        def: PythonToolDef,
+        limits: PythonLimits,
+        sandbox: PythonSandbox,
+    ) -> Result<Self, PythonToolError> {
+        Self::with_interpreter(def, limits, sandbox, DEFAULT_INTERPRETER).await
     }
 
     /// As [`PythonTool::new`], with the interpreter at `interpreter` (a path,
@@ -195,12 +234,13 @@ impl PythonTool {
     pub async fn with_interpreter(
         def: PythonToolDef,
         limits: PythonLimits,
+        sandbox: PythonSandbox,
         interpreter: impl Into<PathBuf>,
     ) -> Result<Self, PythonToolError> {
         let interpreter = interpreter.into();
         let schema = match &def.json_schema {
             Some(given) => schema_from_json(&def.name, given)?,
-            None => derive_schema_with(&interpreter, &def.source_code, &def.name).await?,
+            None => derive_schema_with(&interpreter, &def.source_code, &def.name, &sandbox).await?,
         };
         let mut spec = schema.into_spec();
         spec.name = def.name;
@@ -212,6 +252,7 @@ impl PythonTool {
             source_code: def.source_code,
             limits,
             interpreter,
+            sandbox,
         })
     }
 
@@ -260,10 +301,21 @@ impl Tool for PythonTool {
             self.limits.timeout,
             &ctx.cancel,
             Some(&ctx.progress),
+            (&self.sandbox, self.limits.memory_bytes),
         )
         .await;
         match run {
-            Ok(Finished { reply, output }) => call_result(reply, &output, &self.limits),
+            Ok(Finished {
+                reply,
+                output,
+                note,
+            }) => {
+                let mut result = call_result(reply, &output, &self.limits);
+                if let (Ok(result), Some(note)) = (&mut result, note) {
+                    result.content.push_str(&format!("\n{note}"));
+                }
+                result
+            }
             // The runner itself ran out of memory before it could reply.
             Err(RunFailure::NoReply { output, .. }) if output.contains("MemoryError") => Ok(
                 ToolOutput::error(with_output(memory_message(&self.limits), &output)),
@@ -274,8 +326,12 @@ impl Tool for PythonTool {
 }
 
 /// Derives `name`'s schema from `source` with the default interpreter.
-pub async fn derive_schema(source: &str, name: &str) -> Result<ToolSchemaInfo, PythonToolError> {
-    derive_schema_with(Path::new(DEFAULT_INTERPRETER), source, name).await
+pub async fn derive_schema(
+    source: &str,
+    name: &str,
+    sandbox: &PythonSandbox,
+) -> Result<ToolSchemaInfo, PythonToolError> {
+    derive_schema_with(Path::new(DEFAULT_INTERPRETER), source, name, sandbox).await
 }
 
 /// Derives the schema of the function `name` defined in `source`: its
@@ -285,11 +341,13 @@ pub async fn derive_schema(source: &str, name: &str) -> Result<ToolSchemaInfo, P
 /// when they have no default and are not optional, described by the
 /// docstring's `Args:` section or `:param x:` fields; the description is
 /// the docstring's first paragraph. `self` and `agent_state` (which Letta
-/// fills in itself) are left out. The source is parsed, never run.
+/// fills in itself) are left out. The source is parsed, never run (and
+/// the parser runs in `sandbox` all the same).
 pub async fn derive_schema_with(
     interpreter: &Path,
     source: &str,
     name: &str,
+    sandbox: &PythonSandbox,
 ) -> Result<ToolSchemaInfo, PythonToolError> {
     let request = json!({
         "mode": "schema",
@@ -299,8 +357,17 @@ pub async fn derive_schema_with(
     });
     // Nothing cancels a derivation but its own timeout.
     let never = CancellationToken::new();
-    match run_runner(interpreter, &request, SCHEMA_TIMEOUT, &never, None).await {
-        Ok(Finished { reply, output }) => schema_result(reply, name, &output),
+    let run = run_runner(
+        interpreter,
+        &request,
+        SCHEMA_TIMEOUT,
+        &never,
+        None,
+        (sandbox, DEFAULT_MEMORY_LIMIT),
+    )
+    .await;
+    match run {
+        Ok(Finished { reply, output, .. }) => schema_result(reply, name, &output),
         Err(RunFailure::NotFound) => Err(PythonToolError::InterpreterNotFound {
             interpreter: interpreter.display().to_string(),
         }),
@@ -308,6 +375,7 @@ pub async fn derive_schema_with(
             interpreter: interpreter.display().to_string(),
             source,
         }),
+        Err(RunFailure::Refused(message)) => Err(PythonToolError::Failed(message)),
         Err(RunFailure::TimedOut) => Err(PythonToolError::TimedOut(whole_seconds(SCHEMA_TIMEOUT))),
         Err(other) => Err(PythonToolError::Failed(
             other
@@ -564,6 +632,8 @@ fn whole_seconds(d: Duration) -> u64 {
 struct Finished {
     reply: Reply,
     output: String,
+    /// What the sandbox lacked, when weaker than its mode.
+    note: Option<String>,
 }
 
 /// A runner that did not reply.
@@ -571,10 +641,18 @@ struct Finished {
 enum RunFailure {
     NotFound,
     Spawn(std::io::Error),
+    /// The sandbox refused to start it.
+    Refused(String),
     TimedOut,
     Cancelled,
-    NoReply { status: ExitStatus, output: String },
-    BadReply { error: String, output: String },
+    NoReply {
+        status: ExitStatus,
+        output: String,
+    },
+    BadReply {
+        error: String,
+        output: String,
+    },
     ReplyTooLarge,
     Io(String),
 }
@@ -592,6 +670,7 @@ impl RunFailure {
             RunFailure::Spawn(e) => {
                 ToolError::Failed(format!("could not start {interpreter}: {e}"))
             }
+            RunFailure::Refused(message) => ToolError::Refused(message),
             RunFailure::TimedOut => ToolError::TimedOut(whole_seconds(limits.timeout)),
             RunFailure::Cancelled => ToolError::Cancelled,
             RunFailure::NoReply { status, output } => ToolError::Failed(with_output(
@@ -623,71 +702,69 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// Runs the runner script once: `request` on its stdin, its reply from its
-/// stdout, the tool's output from its stderr (forwarded to `progress`).
+/// Runs the runner script once, confined by `sandbox` (with the memory
+/// limit given): `request` on its stdin, its reply from its stdout, the
+/// tool's output from its stderr (forwarded to `progress`).
 async fn run_runner(
     interpreter: &Path,
     request: &Value,
     timeout: Duration,
     cancel: &CancellationToken,
     progress: Option<&ProgressHandle>,
+    (sandbox, memory): (&PythonSandbox, u64),
 ) -> Result<Finished, RunFailure> {
     let request = serde_json::to_vec(request).map_err(|e| RunFailure::Io(e.to_string()))?;
-    let mut child = tokio::process::Command::new(interpreter)
-        .arg("-c")
-        .arg(RUNNER)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so one signal also reaches what the tool started.
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => RunFailure::NotFound,
-            _ => RunFailure::Spawn(e),
-        })?;
-    let mut group = GroupKiller(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
+    let argv: [OsString; 3] = [interpreter.into(), "-c".into(), RUNNER.into()];
+    let mut confined = Confined::start(
+        &sandbox.sandbox,
+        &sandbox.workspace,
+        &argv,
+        Cwd::Temp,
+        true,
+        Some(sandbox.limits(memory, timeout)),
+    )
+    .map_err(|e| match e {
+        StartError::Sandbox(e) => RunFailure::Refused(e.to_string()),
+        StartError::Spawn(e) => RunFailure::Spawn(e),
+    })?;
+    let (Some(mut stdin), Some(stdout), Some(stderr)) = (
+        confined.child.stdin.take(),
+        confined.child.stdout.take(),
+        confined.child.stderr.take(),
+    ) else {
         return Err(RunFailure::Io("the runner's pipes were not set up".into()));
     };
 
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
     let _stderr_reader = ChunkReader::spawn(stderr, tx);
-    let exchange = async {
+    let mut exchange = Box::pin(async {
         let write = async move {
             // A runner that dies before reading everything closes the pipe;
             // its exit status says why, so the write error adds nothing.
             let _ = stdin.write_all(&request).await;
             drop(stdin);
         };
-        let (_, reply, status) = tokio::join!(write, read_reply(stdout), child.wait());
+        let (_, reply, status) = tokio::join!(write, read_reply(stdout), confined.wait());
         (reply, status)
-    };
-    tokio::pin!(exchange);
+    });
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
 
     let mut output = Output::default();
-    let (reply, status) = loop {
+    let ended = loop {
         tokio::select! {
-            _ = cancel.cancelled() => {
-                group.kill();
-                return Err(RunFailure::Cancelled);
-            }
-            _ = &mut deadline => {
-                group.kill();
-                return Err(RunFailure::TimedOut);
-            }
+            _ = cancel.cancelled() => break Err(RunFailure::Cancelled),
+            _ = &mut deadline => break Err(RunFailure::TimedOut),
             Some(chunk) = rx.recv() => output.push(&chunk, progress),
-            done = &mut exchange => break done,
+            done = &mut exchange => break Ok(done),
+        }
+    };
+    drop(exchange);
+    let (reply, status) = match ended {
+        Ok(done) => done,
+        Err(failure) => {
+            confined.stop().await;
+            return Err(failure);
         }
     };
 
@@ -695,7 +772,6 @@ async fn run_runner(
     while let Ok(Some(chunk)) = tokio::time::timeout_at(drain_until, rx.recv()).await {
         output.push(&chunk, progress);
     }
-    group.kill();
     let output = output.finish(progress);
 
     let status = status.map_err(|e| RunFailure::Io(format!("waiting for the runner: {e}")))?;
@@ -705,10 +781,19 @@ async fn run_runner(
         Err(e) => return Err(RunFailure::Io(format!("reading the runner's reply: {e}"))),
     };
     if reply.is_empty() {
+        // The helper could not start the interpreter (`127`, as a shell
+        // says it).
+        if status.code() == Some(127) && output.contains("toolwire sandbox: could not start") {
+            return Err(RunFailure::NotFound);
+        }
         return Err(RunFailure::NoReply { status, output });
     }
     match serde_json::from_slice::<Reply>(&reply) {
-        Ok(reply) => Ok(Finished { reply, output }),
+        Ok(reply) => Ok(Finished {
+            reply,
+            output,
+            note: confined.note.clone(),
+        }),
         Err(e) => Err(RunFailure::BadReply {
             error: e.to_string(),
             output,
@@ -797,25 +882,6 @@ impl Output {
 /// The length of `bytes` without a multi-byte character cut off at its end.
 fn complete_utf8_len(bytes: &[u8]) -> usize {
     bytes.len() - super::builtin::common::unfinished_char(bytes)
-}
-
-/// Kills the runner's process group once: on cancel, timeout, the end of
-/// the call, or when the call's future is dropped mid-run.
-struct GroupKiller(Option<Pid>);
-
-impl GroupKiller {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // ESRCH (group already gone) is the normal case after a clean exit.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// A pipe reader task, aborted with the call so a pipe held open by a

@@ -482,3 +482,86 @@ pub async fn gone(pid: u32) -> bool {
     }
     false
 }
+
+/// A sandbox in `mode` through this crate's helper binary (network off,
+/// the default limits), protecting `protected`.
+pub fn sandbox_protecting(
+    mode: toolwire_engine::tools::confined::Mode,
+    network: bool,
+    protected: &[std::path::PathBuf],
+) -> toolwire_engine::tools::confined::Sandbox {
+    use toolwire_engine::tools::confined::{Helper, Policy, Sandbox};
+    Sandbox::new(
+        Helper {
+            // option_env: other crates' tests include this module too.
+            exe: match option_env!("CARGO_BIN_EXE_toolwire-sandbox") {
+                Some(exe) => exe.into(),
+                None => panic!("the engine's toolwire-sandbox binary (engine tests only)"),
+            },
+            args: Vec::new(),
+        },
+        Policy {
+            mode,
+            network,
+            protected: toolwire_sandbox::canonical(protected.iter().cloned()),
+            ..Policy::default()
+        },
+    )
+}
+
+/// The default sandbox (`workspace-write`, no network).
+pub fn sandbox() -> Arc<toolwire_engine::tools::confined::Sandbox> {
+    Arc::new(sandbox_protecting(
+        toolwire_engine::tools::confined::Mode::WorkspaceWrite,
+        false,
+        &[],
+    ))
+}
+
+/// A number no other test uses: `sleep MARKER` is then a process only
+/// this test started (pids inside a command's PID namespace mean nothing
+/// outside it, so tests find their processes by this instead).
+pub fn marker() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    900_000_000 + u64::from(std::process::id()) * 1000 + NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The processes whose command line holds `marker` as a word (zombies
+/// left out: they are gone for our purposes).
+pub fn running_with(marker: u64) -> Vec<u32> {
+    let marker = marker.to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+            });
+            !zombie
+                && cmdline
+                    .split(|b| *b == 0)
+                    .any(|word| word == marker.as_bytes())
+        })
+        .collect()
+}
+
+/// Whether no process holds `marker` (see [`running_with`]); waits up to
+/// 5 s.
+pub async fn none_with(marker: u64) -> bool {
+    for _ in 0..50 {
+        if running_with(marker).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}

@@ -186,9 +186,13 @@ async fn python_tool(state: &AppState, record: &ToolRecord) -> ApiResult<PythonT
         source_code: record.source_code.clone().unwrap_or_default(),
         json_schema: Some(record.json_schema.clone()),
     };
-    PythonTool::new(def, state.settings.python.clone())
-        .await
-        .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
+    PythonTool::new(
+        def,
+        state.settings.python.clone(),
+        state.settings.python_sandbox.clone(),
+    )
+    .await
+    .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
 }
 
 /// The name of the last top-level function of `source` (Letta's rule for
@@ -212,7 +216,11 @@ fn last_function(source: &str) -> Option<String> {
 
 /// A new record from `fields`, or `existing` changed by them; the schema
 /// is derived from the source when the client gives none.
-async fn build(fields: ToolFields, existing: Option<ToolRecord>) -> ApiResult<ToolRecord> {
+async fn build(
+    state: &AppState,
+    fields: ToolFields,
+    existing: Option<ToolRecord>,
+) -> ApiResult<ToolRecord> {
     if existing.as_ref().is_some_and(|e| !e.is_custom())
         && (fields.source_code.is_some() || fields.json_schema.is_some())
     {
@@ -281,7 +289,7 @@ async fn build(fields: ToolFields, existing: Option<ToolRecord>) -> ApiResult<To
             })?;
         let schema = match &given {
             Some(given) => schema_from_json(&name, given),
-            None => derive_schema(&source, &name).await,
+            None => derive_schema(&source, &name, &state.settings.python_sandbox).await,
         }
         .map_err(|e| ApiError::bad_request(format!("tool `{name}`: {e}")))?;
         record.name = name;
@@ -333,7 +341,7 @@ pub async fn create(
     Body(fields): Body<ToolFields>,
 ) -> ApiResult<Json<Value>> {
     let _names = state.lock(NAMES_LOCK).await;
-    let record = build(fields, None).await?;
+    let record = build(&state, fields, None).await?;
     save(&state, &record).await?;
     tracing::info!(tool = %record.name, id = %record.id, "tool created");
     Ok(Json(record.to_json()))
@@ -365,8 +373,8 @@ pub async fn upsert(
         .into_iter()
         .find(|t| t.name == name);
     let record = match existing {
-        Some(existing) => build(fields, Some(existing)).await?,
-        None => build(fields, None).await?,
+        Some(existing) => build(&state, fields, Some(existing)).await?,
+        None => build(&state, fields, None).await?,
     };
     save(&state, &record).await?;
     Ok(Json(record.to_json()))
@@ -415,7 +423,7 @@ pub async fn update(
     check_id("tool", &id)?;
     let _names = state.lock(NAMES_LOCK).await;
     let existing = find_tool(&state, &id).await?;
-    let record = build(fields, Some(existing)).await?;
+    let record = build(&state, fields, Some(existing)).await?;
     save(&state, &record).await?;
     Ok(Json(record.to_json()))
 }

@@ -31,9 +31,25 @@ impl Server {
     pub async fn start_with(
         db: &Path,
         script: &str,
-        settings: ServerSettings,
+        mut settings: ServerSettings,
         config: EngineConfig,
     ) -> Server {
+        // Python tools run through this crate's helper binary, with the
+        // database's directory as their workspace.
+        if !settings.python_sandbox.sandbox.has_helper() {
+            use toolwire_engine::tools::confined::{Helper, Policy, Sandbox};
+            let sandbox = Sandbox::new(
+                Helper {
+                    exe: env!("CARGO_BIN_EXE_toolwire-server-sandbox").into(),
+                    args: Vec::new(),
+                },
+                Policy::default(),
+            );
+            settings.python_sandbox = toolwire_engine::tools::python::PythonSandbox::new(
+                Arc::new(sandbox),
+                db.parent().unwrap().canonicalize().unwrap(),
+            );
+        }
         let store = toolwire_store::open(&format!("sqlite://{}", db.display()))
             .await
             .unwrap();

@@ -5,8 +5,9 @@
 //! opened relative to the root's fd with the kernel refusing to leave it
 //! (`beneath.rs`), so a path changed after the check cannot escape either,
 //! and blocking file work runs a few at a time ([`Workspace`]). `run_command` is the
-//! exception by nature: it confines only its working directory, not what
-//! the shell does. Its background commands live in [`BackgroundTasks`],
+//! exception by nature: what the shell does is confined by the kernel,
+//! through the [`Sandbox`](crate::tools::confined::Sandbox) it is given
+//! (`tools/confined.rs`). Its background commands live in [`BackgroundTasks`],
 //! shown by `task_status`. `update_plan` touches nothing: it keeps the
 //! model's task list in the conversation.
 
@@ -42,24 +43,30 @@ pub use write_file::WriteFile;
 pub(crate) use common::TMP_SUFFIX;
 
 use super::Tool;
+use super::confined::Sandbox;
 
 /// Every built-in tool, sharing one workspace (and its record of the
 /// tools' own writes) and one set of background tasks, killed when the
-/// last of these tools is dropped.
-pub fn all(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
-    all_with(workspace, Arc::new(BackgroundTasks::new()))
+/// last of these tools is dropped. `run_command` runs its commands
+/// through `sandbox`.
+pub fn all(workspace: Arc<Workspace>, sandbox: Arc<Sandbox>) -> Vec<Arc<dyn Tool>> {
+    all_with(workspace, Arc::new(BackgroundTasks::new()), sandbox)
 }
 
 /// [`all`], with `run_command`'s background tasks kept in `tasks` (so the
 /// caller can tell whether any still run).
-pub fn all_with(workspace: Arc<Workspace>, tasks: Arc<BackgroundTasks>) -> Vec<Arc<dyn Tool>> {
+pub fn all_with(
+    workspace: Arc<Workspace>,
+    tasks: Arc<BackgroundTasks>,
+    sandbox: Arc<Sandbox>,
+) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadFile::new(workspace.clone())),
         Arc::new(WriteFile::new(workspace.clone())),
         Arc::new(ApplyDiff::new(workspace.clone())),
         Arc::new(ListDir::new(workspace.clone())),
         Arc::new(Search::new(workspace.clone())),
-        Arc::new(RunCommand::new(workspace, tasks.clone())),
+        Arc::new(RunCommand::new(workspace, tasks.clone(), sandbox)),
         Arc::new(TaskStatus::new(tasks)),
         Arc::new(UpdatePlan::new()),
     ]

@@ -1,13 +1,11 @@
 //! `run_command`: a shell command in the workspace, streamed while it runs,
 //! or started in the background (see `tasks.rs`).
 
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -18,6 +16,7 @@ use super::Workspace;
 use super::common::{parse_args, spec, unfinished_char};
 use super::tasks::BackgroundTasks;
 use super::workspace::Node;
+use crate::tools::confined::{Confined, Cwd, Sandbox};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 const DEFAULT_TIMEOUT: u64 = 120;
@@ -31,6 +30,7 @@ pub(super) const DRAIN: Duration = Duration::from_millis(500);
 pub struct RunCommand {
     workspace: Arc<Workspace>,
     tasks: Arc<BackgroundTasks>,
+    sandbox: Arc<Sandbox>,
     spec: ToolSpec,
 }
 
@@ -70,8 +70,13 @@ impl CommandArgs {
 
 impl RunCommand {
     /// `tasks` holds the commands started with `background: true` (shared
-    /// with `task_status`); they are killed when it is dropped.
-    pub fn new(workspace: Arc<Workspace>, tasks: Arc<BackgroundTasks>) -> Self {
+    /// with `task_status`); they are killed when it is dropped. Every
+    /// command runs through `sandbox`.
+    pub fn new(
+        workspace: Arc<Workspace>,
+        tasks: Arc<BackgroundTasks>,
+        sandbox: Arc<Sandbox>,
+    ) -> Self {
         let parameters = json!({
             "type": "object",
             "properties": {
@@ -84,7 +89,8 @@ impl RunCommand {
             "additionalProperties": false
         });
         let description = "Runs a shell command (`sh -c`) in the workspace and returns its exit \
-            code and combined stdout/stderr (the last 64 KiB). Stdin is empty. The command and \
+            code and combined stdout/stderr (the last 64 KiB). Stdin is empty. It runs in a \
+            sandbox (by default: writes only in the workspace and $TMPDIR, no network). The command and \
             everything it started are killed when it finishes, times out or is cancelled, so \
             background processes do not survive the call. With `background: true` it returns \
             at once with a task id (`task-1`); the command keeps running, also after this turn \
@@ -94,6 +100,7 @@ impl RunCommand {
         RunCommand {
             workspace,
             tasks,
+            sandbox,
             spec: spec("run_command", description, parameters, false),
         }
     }
@@ -125,7 +132,7 @@ impl Tool for RunCommand {
         if args.background {
             // Refused before anything starts.
             self.tasks.check_capacity()?;
-            let spawned = Spawned::start(&args.command, &cwd)?;
+            let spawned = Spawned::start(&self.sandbox, &self.workspace, &args.command, &cwd)?;
             let id = self.tasks.start(
                 &args.command,
                 spawned,
@@ -142,11 +149,10 @@ impl Tool for RunCommand {
         }
         let timeout = args.timeout_secs();
         let Spawned {
-            mut child,
-            mut group,
+            mut confined,
             mut rx,
             readers: _readers,
-        } = Spawned::start(&args.command, &cwd)?;
+        } = Spawned::start(&self.sandbox, &self.workspace, &args.command, &cwd)?;
         ctx.progress.status(format!("Running `{}`", args.command));
 
         let mut tail = Tail::default();
@@ -155,20 +161,18 @@ impl Tool for RunCommand {
         let status = loop {
             tokio::select! {
                 _ = ctx.cancel.cancelled() => {
-                    group.kill();
-                    let _ = child.wait().await;
+                    confined.stop().await;
                     return Err(ToolError::Cancelled);
                 }
                 _ = &mut deadline => {
-                    group.kill();
-                    let _ = child.wait().await;
+                    confined.stop().await;
                     return Err(ToolError::TimedOut(timeout));
                 }
                 Some(text) = rx.recv() => {
                     ctx.progress.output(text.clone());
                     tail.push(&text);
                 }
-                status = child.wait() => {
+                status = confined.wait() => {
                     break status.map_err(|e| ToolError::Failed(format!("waiting for the command failed: {e}")))?;
                 }
             }
@@ -189,56 +193,49 @@ impl Tool for RunCommand {
                 }
             }
         }
-        group.kill();
         ctx.progress.flush().await;
-        Ok(finish(tail, status, lingering))
+        let mut output = finish(tail, status, lingering);
+        if let Some(note) = &confined.note {
+            output.content.push_str(&format!("\n{note}"));
+        }
+        Ok(output)
     }
 }
 
-/// A started `sh -c COMMAND`: the child in its own process group, and its
-/// output (stdout and stderr as they come).
+/// A started `sh -c COMMAND`, confined, and its output (stdout and
+/// stderr as they come).
 pub(super) struct Spawned {
-    pub(super) child: tokio::process::Child,
-    pub(super) group: GroupKiller,
+    pub(super) confined: Confined,
     pub(super) rx: mpsc::Receiver<String>,
     /// Aborted when dropped.
     pub(super) readers: [Option<Reader>; 2],
 }
 
 impl Spawned {
-    pub(super) fn start(command: &str, cwd: &std::path::Path) -> Result<Spawned, ToolError> {
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(command)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so one signal reaches every process it starts.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolError::Failed(format!("could not start `sh`: {e}")))?;
-        let group = GroupKiller(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        );
+    pub(super) fn start(
+        sandbox: &Sandbox,
+        workspace: &Workspace,
+        command: &str,
+        cwd: &std::path::Path,
+    ) -> Result<Spawned, ToolError> {
+        let argv = ["sh".into(), "-c".into(), command.into()];
+        let mut confined =
+            Confined::start(sandbox, workspace.root(), &argv, Cwd::Dir(cwd), false, None)?;
         let (tx, rx) = mpsc::channel::<String>(64);
         let readers = [
-            child
+            confined
+                .child
                 .stdout
                 .take()
                 .map(|out| Reader::spawn(out, tx.clone())),
-            child
+            confined
+                .child
                 .stderr
                 .take()
                 .map(|err| Reader::spawn(err, tx.clone())),
         ];
         Ok(Spawned {
-            child,
-            group,
+            confined,
             rx,
             readers,
         })
@@ -266,30 +263,6 @@ fn finish(tail: Tail, status: ExitStatus, lingering: bool) -> ToolOutput {
         ToolOutput::ok(text)
     } else {
         ToolOutput::error(text)
-    }
-}
-
-/// Kills the command's process group once: on cancel, timeout, the end of
-/// the command, or when the call's future is dropped mid-run.
-pub(super) struct GroupKiller(Option<Pid>);
-
-impl GroupKiller {
-    /// The group, while it has not been killed.
-    pub(super) fn pgid(&self) -> Option<Pid> {
-        self.0
-    }
-
-    pub(super) fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // ESRCH (group already gone) is the normal case after a clean exit.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

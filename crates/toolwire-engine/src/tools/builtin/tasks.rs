@@ -1,7 +1,7 @@
 //! Background tasks: commands `run_command` started with `background:
 //! true`, and the `task_status` tool that shows them.
 //!
-//! A task runs in its own process group, its output kept in a bounded
+//! A task runs confined (`tools/confined.rs`), its output kept in a bounded
 //! buffer (the tail). When it ends, the conversation that started it gets a
 //! `background_task` notification (through the call's
 //! [`Notifier`](crate::tools::Notifier)): the command, its exit code and
@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -89,8 +88,9 @@ struct Task {
     command: String,
     started: Instant,
     state: Arc<Mutex<State>>,
-    /// The process group, killed with the registry if still running.
-    pgid: Option<nix::unistd::Pid>,
+    /// The sandbox helper, told to end the command with the registry if
+    /// still running.
+    helper: Option<nix::unistd::Pid>,
     supervisor: JoinHandle<()>,
 }
 
@@ -157,7 +157,7 @@ impl BackgroundTasks {
             ended: None,
             output: Tail::new(OUTPUT_TAIL),
         }));
-        let pgid = spawned.group.pgid();
+        let helper = spawned.confined.pid();
         let started = Instant::now();
         let supervisor = tokio::spawn(supervise(
             spawned,
@@ -177,7 +177,7 @@ impl BackgroundTasks {
             command: command.to_owned(),
             started,
             state,
-            pgid,
+            helper,
             supervisor,
         });
         // Forget the oldest ended tasks past the limit.
@@ -238,12 +238,12 @@ impl Drop for BackgroundTasks {
         let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()));
         for task in tasks {
             if task.running()
-                && let Some(pgid) = task.pgid
+                && let Some(helper) = task.helper
             {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                crate::tools::confined::ask(helper);
             }
-            // Its supervisor's drop kills the group too (and the shell, by
-            // kill_on_drop), if the kill above came too early or late.
+            // Its supervisor's drop asks the helper too, if the signal
+            // above came too early or late.
             task.supervisor.abort();
         }
     }
@@ -343,8 +343,7 @@ async fn supervise(
     ending: Ending,
 ) {
     let Spawned {
-        mut child,
-        mut group,
+        mut confined,
         mut rx,
         readers: _readers,
     } = spawned;
@@ -353,11 +352,10 @@ async fn supervise(
         tokio::select! {
             Some(text) = rx.recv() => lock(&state).output.push(&text),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
-                group.kill();
-                let _ = child.wait().await;
+                confined.stop().await;
                 break Status::TimedOut(timeout_secs.unwrap_or_default());
             }
-            status = child.wait() => break match status {
+            status = confined.wait() => break match status {
                 Ok(status) => exit_status(status),
                 Err(e) => Status::Failed(format!("waiting for the command failed: {e}")),
             },
@@ -368,7 +366,9 @@ async fn supervise(
     while let Ok(Some(text)) = tokio::time::timeout_at(drain_until, rx.recv()).await {
         lock(&state).output.push(&text);
     }
-    group.kill();
+    if let Some(note) = &confined.note {
+        lock(&state).output.push(&format!("\n{note}\n"));
+    }
     let text = {
         let mut state = lock(&state);
         state.status = status;
