@@ -245,6 +245,51 @@ async fn a_command_sees_no_key_in_its_environment() {
 }
 
 #[tokio::test]
+async fn a_command_cannot_read_another_process_environment() {
+    let w = World::new();
+    // A process of the same user holding a key, as toolwire or the shell
+    // that started it would: its /proc/PID/environ is readable to the user.
+    let mut holder = std::process::Command::new("sleep")
+        .arg("300")
+        .env("TOOLWIRE_TEST_HELD_KEY", "sk-held-by-another-process")
+        .spawn()
+        .unwrap();
+    let command = format!(
+        "cat /proc/{}/environ | tr '\\0' '\\n' | grep HELD || echo NOT-READ; \
+         echo visible=$(ls /proc | grep -c '^[0-9]')",
+        holder.id()
+    );
+    let confined = w.run(Mode::WorkspaceWrite, &command).await;
+    let full = w.run(Mode::Full, &command).await;
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        !confined.content.contains("sk-held-by-another-process"),
+        "{}",
+        confined.content
+    );
+    assert!(
+        confined.content.contains("NOT-READ"),
+        "{}",
+        confined.content
+    );
+    // Its own namespace's /proc: the shell and what it runs, not the machine.
+    let visible: usize = confined
+        .content
+        .split("visible=")
+        .nth(1)
+        .and_then(|rest| rest.lines().next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {}", confined.content));
+    assert!(visible < 10, "{}", confined.content);
+    // The policy decides: unconfined, the same read succeeds.
+    assert!(
+        full.content.contains("sk-held-by-another-process"),
+        "{}",
+        full.content
+    );
+}
+
+#[tokio::test]
 async fn no_process_outlives_the_command() {
     let w = World::new();
     let marker = support::marker();

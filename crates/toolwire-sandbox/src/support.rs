@@ -15,7 +15,8 @@ pub struct Support {
     pub landlock_abi: Option<i32>,
     /// A seccomp filter could be installed.
     pub seccomp: bool,
-    /// A new PID namespace could be made (root or `CAP_SYS_ADMIN`).
+    /// New PID and mount namespaces could be made (root or
+    /// `CAP_SYS_ADMIN`): descendants end with PID 1, `/proc` is private.
     pub pid_namespace: bool,
     /// Why the probe itself failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,9 +77,9 @@ impl Support {
         );
         parts.push(
             if self.pid_namespace {
-                "PID namespace"
+                "PID namespace with its own /proc"
             } else {
-                "no PID namespace (descendants ended through the reaper)"
+                "no PID namespace (descendants ended through the reaper; /proc shows the machine's processes)"
             }
             .to_owned(),
         );

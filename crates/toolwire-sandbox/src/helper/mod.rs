@@ -5,7 +5,16 @@
 //! single-threaded: Landlock and seccomp apply to the calling thread, and
 //! the command must inherit both.
 //!
-//! Command line: `--policy JSON -- PROGRAM ARGS…`, or `--probe`.
+//! Where new PID and mount namespaces are permitted, it runs in two
+//! stages: the first makes them and starts itself again (`--pid1`) as PID
+//! 1 of the new namespace, which mounts a `/proc` of that namespace before
+//! confining itself. Without it a command could read `/proc/PID/environ`
+//! of any process of the same user — toolwire's, or the shell that
+//! started it, with the provider keys — since Landlock's ptrace scoping
+//! does not cover that read. Ending the first stage's child (SIGKILL to
+//! PID 1) ends everything in the namespace.
+//!
+//! Command line: `[--pid1] --policy JSON -- PROGRAM ARGS…`, or `--probe`.
 
 mod files;
 mod reap;
@@ -49,10 +58,18 @@ fn run(args: Vec<OsString>) -> Result<i32, (i32, String)> {
         println!("{json}");
         return Ok(0);
     }
-    let (invocation, argv) = parse(args).map_err(setup)?;
+    let pid1 = args.first().is_some_and(|a| a == PID1);
+    let args = if pid1 { args[1..].to_vec() } else { args };
 
-    // Die with toolwire: SIGTERM, so that the descendants are ended first.
+    // Die with toolwire (or with the first stage): SIGTERM, so that the
+    // descendants are ended first.
     prctl::set_pdeathsig(Signal::SIGTERM).map_err(|e| setup(format!("PR_SET_PDEATHSIG: {e}")))?;
+    let (invocation, argv) = parse(args.clone()).map_err(setup)?;
+    if pid1 {
+        private_proc().map_err(setup)?;
+    } else if invocation.policy.mode.confines() && namespaces() {
+        return first_stage(&args);
+    }
     // Orphans of the command come to this process, so none escapes the
     // reaper (a `setsid` child included).
     prctl::set_child_subreaper(true).map_err(|e| setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
@@ -86,10 +103,13 @@ fn run(args: Vec<OsString>) -> Result<i32, (i32, String)> {
             })?;
         }
     }
-    // The command becomes PID 1 of a namespace of its own: when it ends,
-    // the kernel ends everything in it. Not permitted unprivileged; the
-    // reaper below covers that case.
-    let _ = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID);
+    if !pid1 {
+        // `full` mode, or unprivileged: the command becomes PID 1 of a
+        // namespace of its own where permitted (the kernel ends the rest
+        // with it), with the machine's `/proc`; else the reaper below
+        // ends the descendants.
+        let _ = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID);
+    }
 
     let Some((program, rest)) = argv.split_first() else {
         return Err(setup("no command given after `--`".into()));
@@ -125,6 +145,78 @@ fn run(args: Vec<OsString>) -> Result<i32, (i32, String)> {
     };
     reap::end_all();
     Ok(code)
+}
+
+/// The flag of the second stage, PID 1 of the new namespaces.
+const PID1: &str = "--pid1";
+
+/// Makes the new PID and mount namespaces for the second stage (false
+/// where not permitted: unprivileged). Mounts made in the new mount
+/// namespace stay there.
+fn namespaces() -> bool {
+    use nix::mount::{MsFlags, mount};
+    use nix::sched::{CloneFlags, unshare};
+    if unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS).is_err() {
+        return false;
+    }
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .is_ok()
+}
+
+/// Second stage: a `/proc` that shows only this namespace's processes,
+/// mounted before Landlock (which forbids mounting, and whose rule for
+/// `/proc` must name this mount).
+fn private_proc() -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("mounting a private /proc: {e}"))
+}
+
+/// First stage: starts this helper again as PID 1 of the new namespaces
+/// and passes on its status; a stop signal ends that PID 1, and with it
+/// the kernel ends every process of the namespace.
+fn first_stage(args: &[OsString]) -> Result<i32, (i32, String)> {
+    let setup = |message: String| (SETUP_FAILED, message);
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD])
+        .map_err(|e| setup(format!("installing signal handlers: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| setup(format!("finding the helper: {e}")))?;
+    // The prefix that reached this helper (`__sandbox` for toolwire).
+    let all: Vec<OsString> = std::env::args_os().collect();
+    let prefix = all
+        .get(1..all.len().saturating_sub(args.len()))
+        .unwrap_or_default();
+    let child = Command::new(exe)
+        .args(prefix)
+        .arg(PID1)
+        .args(args)
+        .spawn()
+        .map_err(|e| setup(format!("starting the sandbox's second stage: {e}")))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    drop(child);
+    loop {
+        if let Some(code) = reap::command_status(pid) {
+            return Ok(code);
+        }
+        for signal in signals.wait() {
+            if signal != SIGCHLD {
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+                return Ok(128 + signal);
+            }
+        }
+    }
 }
 
 fn parse(args: Vec<OsString>) -> Result<(Invocation, Vec<OsString>), String> {
@@ -177,7 +269,7 @@ fn limits(limits: &Limits) -> Result<(), String> {
 fn probe() -> Support {
     let seccomp = syscalls::probe().is_ok();
     let landlock_abi = files::probe();
-    let pid_namespace = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID).is_ok();
+    let pid_namespace = namespaces();
     Support {
         landlock_abi,
         seccomp,
