@@ -4,6 +4,10 @@
 //! alternating, in one run. This binary is its own helper.
 //!
 //! `cargo bench -p toolwire-sandbox --bench startup [-- ROUNDS]`
+//!
+//! With `TOOLWIRE_BIN` set to a `toolwire` binary, that binary's hidden
+//! `__sandbox` subcommand is the helper instead: the cost as toolwire
+//! pays it, loading its own (larger) executable twice per command.
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -39,11 +43,19 @@ fn main() {
         let _ = std::fs::write(root.join(name), "x");
     }
     let _ = std::fs::create_dir(root.join("src"));
-    let sandbox = Sandbox::new(
-        Helper {
+    let helper = match std::env::var_os("TOOLWIRE_BIN") {
+        Some(toolwire) => Helper {
+            exe: toolwire.into(),
+            args: vec!["__sandbox".into()],
+        },
+        None => Helper {
             exe,
             args: vec![HELPER_ARG.into()],
         },
+    };
+    println!("helper: {}", helper.exe.display());
+    let sandbox = Sandbox::new(
+        helper,
         Policy {
             protected: vec![db],
             ..Policy::default()

@@ -267,9 +267,10 @@ fn limits(limits: &Limits) -> Result<(), String> {
 
 /// What this process can do (and, having done it, exits).
 fn probe() -> Support {
+    // First: the seccomp probe's filter or Landlock's could refuse it.
+    let pid_namespace = namespaces();
     let seccomp = syscalls::probe().is_ok();
     let landlock_abi = files::probe();
-    let pid_namespace = namespaces();
     Support {
         landlock_abi,
         seccomp,
