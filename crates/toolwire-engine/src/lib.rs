@@ -25,6 +25,7 @@ mod instance;
 pub mod notify;
 pub mod provider;
 mod remembered;
+mod shutdown;
 pub mod tools;
 mod turn;
 pub mod watch;
@@ -35,3 +36,4 @@ pub use engine::{
     Engine, EngineError, Interjection, Notified, Responded, TurnHandle, TurnOptions, TurnOutcome,
 };
 pub use follow::Follower;
+pub use shutdown::ShutdownReport;
