@@ -19,6 +19,9 @@ pub struct ServerSettings {
     pub body_limit: usize,
     /// Seconds between keep-alive pings on a stream that asked for them.
     pub ping_interval: std::time::Duration,
+    /// On shutdown, how long running turns get to reach their next stored
+    /// step before they are cancelled (`shutdown_grace_secs`).
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl Default for ServerSettings {
@@ -28,6 +31,7 @@ impl Default for ServerSettings {
             python: PythonLimits::default(),
             body_limit: 8 * 1024 * 1024,
             ping_interval: std::time::Duration::from_secs(10),
+            shutdown_grace: std::time::Duration::from_secs(10),
         }
     }
 }
