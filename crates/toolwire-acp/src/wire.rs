@@ -64,7 +64,7 @@ mod tests {
     #[test]
     fn a_line_that_is_not_utf8_becomes_one_that_is_not_json() {
         let line = decode(b"{\"a\":\"\xff\"}\r\n".to_vec());
-        assert_eq!(line, "invalid UTF-8 at byte 6 of a 10-byte line");
+        assert_eq!(line, "invalid UTF-8 at byte 6 of a 9-byte line");
         assert!(serde_json::from_str::<serde_json::Value>(&line).is_err());
         assert_eq!(decode(b"{\"a\":1}\n".to_vec()), "{\"a\":1}");
     }
