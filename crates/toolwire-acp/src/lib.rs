@@ -33,6 +33,7 @@ mod session;
 mod terminal;
 mod titles;
 mod updates;
+mod wire;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,9 +47,8 @@ use agent_client_protocol::v1::schema::{
     SessionNotification, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, Client, Lines};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
 use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::tools::builtin::{self, Workspace};
@@ -233,7 +233,7 @@ pub async fn serve(
             },
             agent_client_protocol::on_receive_notification!(),
         )
-        .connect_to(ByteStreams::new(output.compat_write(), input.compat()))
+        .connect_to(Lines::new(wire::line_sink(output), wire::lines(input)))
         .await
         .map_err(AcpError::Protocol);
     agent.log_metrics();

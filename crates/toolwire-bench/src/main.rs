@@ -20,11 +20,21 @@
 //!   clients on one conversation; prints the fan-out latency (a client's
 //!   arrival of a frame minus the first client's) and checks that every
 //!   client got every event once, in order (see `ws_fanout.rs`).
+//! * `shutdown-load`: the real `toolwire serve` under N clients x M
+//!   messages, stopped with SIGTERM midway and started again on the same
+//!   SQLite file while the clients retry what was refused or cut; checks
+//!   that every message answered as accepted is stored exactly once (see
+//!   `shutdown_load.rs`).
+//! * `slowloris`: N connections sending headers a byte at a time; reports
+//!   when the server closed them and whether ordinary requests still get
+//!   through (see `slowloris.rs`).
 //!
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
 
 mod serve_load;
+mod shutdown_load;
+mod slowloris;
 mod ws_fanout;
 
 use std::collections::HashMap;
@@ -119,6 +129,50 @@ enum Command {
         #[arg(long, default_value_t = 12)]
         settle: u64,
     },
+    /// Runs N clients x M messages against `toolwire serve`, sends it
+    /// SIGTERM once half are accepted, starts it again on the same file,
+    /// and checks that every accepted message is stored exactly once.
+    ShutdownLoad {
+        /// The toolwire binary (default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        /// Concurrent clients, each with its own agent.
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// Messages each client sends, one after the other.
+        #[arg(long, default_value_t = 10)]
+        messages: usize,
+        /// Bytes per chunk of each answer's stream.
+        #[arg(long, default_value_t = 64)]
+        chunk_size: usize,
+        /// Milliseconds between chunks (an answer takes a moment).
+        #[arg(long, default_value_t = 40)]
+        delay_ms: u64,
+        /// The server's `--shutdown-grace-secs`.
+        #[arg(long, default_value_t = 10.0)]
+        grace_secs: f64,
+        /// Longest wait a client honours from a 503's Retry-After, in ms.
+        #[arg(long, default_value_t = 1000)]
+        max_retry_wait_ms: u64,
+        /// Seconds before the whole run gives up.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Opens N connections to `toolwire serve` that send their headers one
+    /// byte at a time; reports when the server closes them.
+    Slowloris {
+        /// The toolwire binary (default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 500)]
+        connections: usize,
+        /// Milliseconds between two bytes of one connection.
+        #[arg(long, default_value_t = 1000)]
+        byte_every_ms: u64,
+        /// Seconds the connections are kept up.
+        #[arg(long, default_value_t = 60)]
+        duration: u64,
+    },
     /// Starts `toolwire serve` (scripted provider, fresh SQLite file),
     /// opens N live-view WebSockets on one conversation and runs T turns;
     /// prints the fan-out latency of their frames.
@@ -198,6 +252,42 @@ async fn main() -> Result<()> {
                 request_timeout: Duration::from_secs(request_timeout),
                 timeout: Duration::from_secs(timeout),
                 settle: Duration::from_secs(settle),
+            })
+            .await
+        }
+        Command::ShutdownLoad {
+            toolwire,
+            clients,
+            messages,
+            chunk_size,
+            delay_ms,
+            grace_secs,
+            max_retry_wait_ms,
+            timeout,
+        } => {
+            shutdown_load::shutdown_load(shutdown_load::Options {
+                toolwire,
+                clients,
+                messages,
+                chunk_size: chunk_size.max(1),
+                delay_ms,
+                grace_secs,
+                max_retry_wait: Duration::from_millis(max_retry_wait_ms),
+                timeout: Duration::from_secs(timeout),
+            })
+            .await
+        }
+        Command::Slowloris {
+            toolwire,
+            connections,
+            byte_every_ms,
+            duration,
+        } => {
+            slowloris::slowloris(slowloris::Options {
+                toolwire,
+                connections,
+                byte_every: Duration::from_millis(byte_every_ms.max(1)),
+                duration: Duration::from_secs(duration),
             })
             .await
         }

@@ -187,6 +187,17 @@ pub(crate) struct Server {
 impl Server {
     /// Starts `toolwire` in `dir`, playing `script` (YAML).
     pub(crate) async fn start(toolwire: &Path, dir: &Path, script: &str) -> Result<Server> {
+        Self::start_with(toolwire, dir, script, &[]).await
+    }
+
+    /// [`Server::start`] with more flags for `serve`; on the same `dir`
+    /// again, it serves the same database.
+    pub(crate) async fn start_with(
+        toolwire: &Path,
+        dir: &Path,
+        script: &str,
+        extra: &[&str],
+    ) -> Result<Server> {
         let workspace = dir.join("workspace");
         for (name, text) in WORKSPACE_FILES {
             let path = workspace.join(name);
@@ -209,6 +220,7 @@ impl Server {
             .arg(&script_path)
             .arg("--workspace")
             .arg(&workspace)
+            .args(extra)
             .env("NO_COLOR", "1")
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -305,6 +317,38 @@ impl Server {
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
+    }
+
+    /// Sends SIGTERM and returns at once.
+    pub(crate) fn terminate(&self) -> Result<()> {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let pid = i32::try_from(self.pid).context("pid out of range")?;
+        kill(Pid::from_raw(pid), Signal::SIGTERM).context("signalling the server")
+    }
+
+    /// Waits up to `bound` for the process to exit (then kills it); its
+    /// status, or an error with its last log lines.
+    pub(crate) async fn exited(mut self, bound: Duration) -> Result<std::process::ExitStatus> {
+        match tokio::time::timeout(bound, self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                let _ = self.child.start_kill();
+                bail!(
+                    "the server did not exit within {} s; its stderr:\n{}",
+                    bound.as_secs(),
+                    self.tail()
+                )
+            }
+        }
+    }
+
+    /// Log lines at WARN or ERROR so far.
+    pub(crate) fn complaints(&self) -> Vec<String> {
+        self.complaints
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
 
     /// SIGTERM, then waits for a clean exit (SIGKILL after 10 s).

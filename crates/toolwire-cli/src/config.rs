@@ -199,6 +199,9 @@ struct FileConfig {
     python_timeout_seconds: Option<u64>,
     /// Memory a Python-source tool may use, in MiB (default 512).
     python_memory_mb: Option<u64>,
+    /// `serve`: on SIGTERM or Ctrl-C, seconds running turns get to reach
+    /// their next stored step before they are cut (default 10).
+    shutdown_grace_secs: Option<f64>,
     /// Where a message typed during a turn goes: `new_message` (a user
     /// message after the running tools, the default) or `reminder` (a
     /// notification on the next tool result).
@@ -467,6 +470,8 @@ pub struct Settings {
     /// `serve`'s hosts, origins and connection limits.
     pub http: HttpServerConfig,
     pub python: PythonLimits,
+    /// `serve`'s shutdown grace (`shutdown_grace_secs`), if configured.
+    pub shutdown_grace: Option<std::time::Duration>,
     /// `toolwire acp`'s settings (the `[acp]` table).
     pub acp: toolwire_acp::AcpSettings,
     /// Bounds on what a model server may do to a step.
@@ -638,6 +643,13 @@ impl EngineArgs {
                         .unwrap_or(defaults.memory_bytes),
                 }
             },
+            shutdown_grace: file
+                .shutdown_grace_secs
+                .map(|secs| {
+                    std::time::Duration::try_from_secs_f64(secs)
+                        .with_context(|| format!("shutdown_grace_secs = {secs}"))
+                })
+                .transpose()?,
             acp: file.acp.settings(),
             mcp_servers,
             model_limits,

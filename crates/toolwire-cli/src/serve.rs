@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::Args;
 use toolwire_server::{AppState, ServerSettings};
 
@@ -32,12 +34,24 @@ pub struct ServeArgs {
         value_name = "ADDR"
     )]
     addr: SocketAddr,
+    /// On SIGTERM or Ctrl-C: seconds running turns get to reach their next
+    /// stored step (new turns are refused with 503 meanwhile) before they
+    /// are cut and stored as interrupted [config: shutdown_grace_secs;
+    /// default 10].
+    #[arg(long, env = "TOOLWIRE_SHUTDOWN_GRACE_SECS", value_name = "SECS")]
+    shutdown_grace_secs: Option<f64>,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
 pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     let settings = args.engine.resolve()?;
+    let defaults = ServerSettings::default();
+    let shutdown_grace = match args.shutdown_grace_secs {
+        Some(secs) => Duration::try_from_secs_f64(secs)
+            .with_context(|| format!("--shutdown-grace-secs {secs}"))?,
+        None => settings.shutdown_grace.unwrap_or(defaults.shutdown_grace),
+    };
     let mut server = ServerSettings {
         api_keys: settings.api_keys.clone(),
         python: settings.python.clone(),
@@ -46,7 +60,8 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
         max_connections: settings.http.max_connections,
         header_timeout: settings.http.header_timeout,
         idle_timeout: settings.http.idle_timeout,
-        ..ServerSettings::default()
+        shutdown_grace,
+        ..defaults
     };
     // Refused before the engine starts, so a bad address costs nothing.
     let listener = toolwire_server::bind(args.addr, &server).await?;
@@ -101,5 +116,7 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
-    eprintln!("toolwire: shutting down (running streams may finish)");
+    eprintln!(
+        "toolwire: shutting down: new turns are refused (503), running ones stop at their next stored step"
+    );
 }

@@ -205,6 +205,8 @@ struct Bucket {
 /// forgotten and counts of unknown sources go under one name.
 const MAX_SOURCES: usize = 256;
 const OTHER_SOURCES: &str = "other sources";
+/// Sources named in a block's line about dropped events (the loudest).
+const DROPPED_SOURCES_NAMED: usize = 3;
 
 /// The notifications waiting for a conversation.
 #[derive(Debug, Clone)]
@@ -536,10 +538,34 @@ impl Batch {
         if self.more_pending > 0 {
             lines.push(format!("({} more pending)", self.more_pending));
         }
-        for (source, n) in &self.dropped {
-            lines.push(format!(
+        // One line however many sources overflowed: a line per source let
+        // a storm from hundreds of sources fill the block past `max_lines`.
+        match self.dropped.as_slice() {
+            [] => {}
+            [(source, n)] => lines.push(format!(
                 "({n} more from {source} were dropped: too many at once)"
-            ));
+            )),
+            many => {
+                let total: u64 = many.iter().map(|(_, n)| n).sum();
+                let mut loudest: Vec<&(String, u64)> = many.iter().collect();
+                loudest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                let named: Vec<String> = loudest
+                    .iter()
+                    .take(DROPPED_SOURCES_NAMED)
+                    .map(|(source, n)| format!("{source}: {n}"))
+                    .collect();
+                let rest = many.len().saturating_sub(DROPPED_SOURCES_NAMED);
+                let others = if rest > 0 {
+                    format!(", {rest} other sources")
+                } else {
+                    String::new()
+                };
+                lines.push(format!(
+                    "({total} more from {} sources were dropped: too many at once; {}{others})",
+                    many.len(),
+                    named.join(", ")
+                ));
+            }
         }
         lines
     }

@@ -373,3 +373,33 @@ fn a_snapshot_rebuilds_the_queue_elsewhere() {
         }
     }
 }
+
+/// Drops from hundreds of sources take one line of the block, not one
+/// each: a block once held 268 lines against `max_lines` = 8.
+#[test]
+fn drops_from_many_sources_keep_the_block_within_its_lines() {
+    let config = NotifyConfig {
+        max_queued: 20,
+        ..NotifyConfig::default()
+    };
+    let max_lines = config.max_lines;
+    let mut q = NotificationQueue::new(config);
+    let t = Instant::now();
+    for i in 0..300u64 {
+        q.push(
+            text(&format!("src{i}"), "changed"),
+            t + Duration::from_millis(i),
+        );
+    }
+    let batch = q.drain().unwrap();
+    assert_eq!(batch.dropped.len(), 256 + 1, "every source still counted");
+    let blocks = batch.blocks();
+    // The notices, "(N more pending)" and one line about what was dropped.
+    assert_eq!(blocks.len(), max_lines + 2, "{blocks:?}");
+    let text = batch.format();
+    assert_eq!(text.lines().count(), max_lines + 2 + 2, "{text}");
+    assert!(
+        text.contains("(280 more from 257 sources were dropped: too many at once; "),
+        "{text}"
+    );
+}

@@ -8,9 +8,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::notification::{Admission, USER_SOURCE};
 use toolwire_core::{
-    ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
-    PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId, TreeError,
-    Usage, tree,
+    AgentEvent, ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming, Message,
+    MessageId, PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId,
+    TreeError, Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 
@@ -23,6 +23,7 @@ use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
 use crate::provider::Provider;
 use crate::remembered::Remembered;
+use crate::shutdown::{ShutdownReport, Stopping};
 use crate::tools::{NotificationSink, Notifier, ToolRegistry, ToolSpec};
 use crate::turn;
 use crate::turn_guard;
@@ -36,6 +37,14 @@ pub enum EngineError {
     Tree(#[from] TreeError),
     #[error("a turn is already running in conversation {0}; interject or cancel it")]
     TurnInProgress(ConversationId),
+    /// The engine is stopping (the process got SIGTERM or Ctrl-C): nothing
+    /// was stored; the same request can be sent again once it is back.
+    #[error("toolwire is shutting down and starts no new turn; send it again once it is back")]
+    ShuttingDown,
+    /// The turn's first step (its user message, or the answers it goes on
+    /// from) could not be stored, so nothing was started.
+    #[error("the turn could not start: {0}")]
+    NotStarted(String),
     #[error(
         "conversation {conversation} waits for answers to the tool calls of message {message_id}; \
          answer them (or cancel) first"
@@ -203,6 +212,8 @@ pub(crate) struct Inner {
     pub(crate) notifier: Notifier,
     /// Keeps `notifications` in the store as they change.
     _keeper: Keeper,
+    /// Set once the engine stops taking turns; counts the running ones.
+    pub(crate) stopping: Stopping,
 }
 
 /// The engine as a tool's [`NotificationSink`]: a weak reference, so that
@@ -282,6 +293,7 @@ impl Engine {
             instance,
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
+            stopping: Stopping::default(),
         });
         Ok(Engine { inner })
     }
@@ -293,6 +305,45 @@ impl Engine {
         let me = self.inner.instance.record().id;
         keep::flush(self.inner.store.as_ref(), &self.inner.notifications, me).await?;
         Ok(())
+    }
+
+    /// Stops the engine taking turns (each start is refused with
+    /// [`EngineError::ShuttingDown`] from now on) and lets the running
+    /// ones reach their next stored step: a model step runs to its stored
+    /// message, running tools to their stored results; calls not started
+    /// are answered as not run, and each turn ends as `interrupted`. What
+    /// still runs after `grace` is cancelled: the model's partial message
+    /// is stored marked interrupted, tools get `tool_cancel_grace` to stop.
+    /// Words interjected into a turn that ends now are stored as a user
+    /// message, not dropped.
+    pub async fn shutdown(&self, grace: std::time::Duration) -> ShutdownReport {
+        let stopping = &self.inner.stopping;
+        stopping.stop();
+        let running = stopping.running();
+        let mut report = ShutdownReport {
+            running,
+            ..ShutdownReport::default()
+        };
+        if stopping.settled(grace).await {
+            return report;
+        }
+        report.cut = stopping.running();
+        if let Ok(active) = self.inner.active.lock() {
+            for turn in active.values() {
+                turn.cancel.cancel();
+            }
+        }
+        // A cancelled step stores what it has at once; tools get their own
+        // grace, and the store a moment more.
+        let bound = self.inner.config.tool_cancel_grace + std::time::Duration::from_secs(5);
+        stopping.settled(bound).await;
+        report.left = stopping.running();
+        report
+    }
+
+    /// Whether the engine has stopped taking turns.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.is_stopping()
     }
 
     /// This engine's instance as the store knows it: the owner of the runs
@@ -449,13 +500,16 @@ impl Engine {
         // The turn's user message carries the notifications (drained when
         // the turn stores it).
         let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
-        match self.start_turn(
-            conversation,
-            turn::Start::User(user),
-            options,
-            Origin::Engine,
-        ) {
-            Ok(_) | Err(EngineError::TurnInProgress(_)) => Ok(()),
+        match self
+            .start_turn(
+                conversation,
+                turn::Start::User(user),
+                options,
+                Origin::Engine,
+            )
+            .await
+        {
+            Ok(_) | Err(EngineError::TurnInProgress(_) | EngineError::ShuttingDown) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -536,6 +590,7 @@ impl Engine {
         }
         let user = user_message(conversation, parent, text);
         self.start_turn(conversation, turn::Start::User(user), options, origin)
+            .await
     }
 
     /// The options of the turns this engine starts itself in
@@ -630,12 +685,10 @@ impl Engine {
             decisions: answers,
             then,
         };
-        Ok(Responded::Started(self.start_turn(
-            conversation,
-            start,
-            options,
-            Origin::FrontDoor,
-        )?))
+        Ok(Responded::Started(
+            self.start_turn(conversation, start, options, Origin::FrontDoor)
+                .await?,
+        ))
     }
 
     /// Ends the paused turn without going on: its calls are answered as
@@ -654,12 +707,15 @@ impl Engine {
         };
         // It calls no model; the conversation's options are what a late
         // interjection's turn falls back to.
-        Ok(Some(self.start_turn(
-            conversation,
-            start,
-            self.conversation_options(conversation),
-            Origin::Engine,
-        )?))
+        Ok(Some(
+            self.start_turn(
+                conversation,
+                start,
+                self.conversation_options(conversation),
+                Origin::Engine,
+            )
+            .await?,
+        ))
     }
 
     /// Whether every call in `decisions` has a result on the active branch.
@@ -710,6 +766,7 @@ impl Engine {
             options,
             Origin::FrontDoor,
         )
+        .await
     }
 
     /// A new answer in place of assistant message `id` (a new sibling).
@@ -731,6 +788,7 @@ impl Engine {
             options,
             Origin::FrontDoor,
         )
+        .await
     }
 
     /// Cancels the running turn; says whether there was one.
@@ -754,25 +812,35 @@ impl Engine {
         conversation: ConversationId,
         text: &str,
     ) -> Result<Interjection, EngineError> {
-        {
-            let mut active = self
-                .inner
-                .active
-                .lock()
-                .map_err(|_| EngineError::TurnInProgress(conversation))?;
-            if let Some(turn) = active.get_mut(&conversation) {
-                turn.interjections.push_back(text.to_owned());
-                return Ok(Interjection::Queued);
+        // A turn that starts between the look and the start takes the
+        // words: the next look finds it (bounded, should turns keep
+        // ending just then).
+        let mut attempts = 0;
+        loop {
+            {
+                let mut active = self
+                    .inner
+                    .active
+                    .lock()
+                    .map_err(|_| EngineError::TurnInProgress(conversation))?;
+                if let Some(turn) = active.get_mut(&conversation) {
+                    turn.interjections.push_back(text.to_owned());
+                    return Ok(Interjection::Queued);
+                }
+            }
+            let options = self.conversation_options(conversation);
+            match self
+                .send_from(conversation, text, None, options, Origin::Engine)
+                .await
+            {
+                Ok(handle) => return Ok(Interjection::Started(handle)),
+                Err(EngineError::TurnInProgress(_)) if attempts < 8 => attempts += 1,
+                Err(e) => return Err(e),
             }
         }
-        let options = self.conversation_options(conversation);
-        Ok(Interjection::Started(
-            self.send_from(conversation, text, None, options, Origin::Engine)
-                .await?,
-        ))
     }
 
-    fn start_turn(
+    async fn start_turn(
         &self,
         conversation: ConversationId,
         start: turn::Start,
@@ -790,6 +858,11 @@ impl Engine {
             if active.contains_key(&conversation) {
                 return Err(EngineError::TurnInProgress(conversation));
             }
+            // Under the lock, so that no turn starts once `shutdown` has
+            // looked at what runs.
+            if self.inner.stopping.is_stopping() {
+                return Err(EngineError::ShuttingDown);
+            }
             active.insert(
                 conversation,
                 ActiveTurn {
@@ -804,72 +877,183 @@ impl Engine {
                 self.inner.remembered.set(conversation, options.clone());
             }
         }
+        self.spawn_turn(conversation, run_id, cancel, start, options)
+            .await
+    }
+
+    /// Runs a turn whose entry in `active` is set, and returns once its
+    /// first step is stored: a front door acknowledges a message only
+    /// after that, so that nothing it answered as accepted is lost.
+    ///
+    /// Boxed, with its type spelt out: a turn's end may start the next
+    /// turn, and the compiler cannot prove a future that contains itself
+    /// `Send`.
+    fn spawn_turn(
+        &self,
+        conversation: ConversationId,
+        run_id: RunId,
+        cancel: CancellationToken,
+        start: turn::Start,
+        options: TurnOptions,
+    ) -> futures::future::BoxFuture<'_, Result<TurnHandle, EngineError>> {
+        Box::pin(self.spawn_turn_inner(conversation, run_id, cancel, start, options))
+    }
+
+    async fn spawn_turn_inner(
+        &self,
+        conversation: ConversationId,
+        run_id: RunId,
+        cancel: CancellationToken,
+        start: turn::Start,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
         self.inner.notifications.attach(conversation);
         let engine = self.clone();
         let fallback = options.clone();
+        let guard = self.inner.stopping.enter();
+        let (begun, started) = tokio::sync::oneshot::channel();
         let join = tokio::spawn(async move {
-            let turn = turn::run(&engine.inner, conversation, run_id, start, cancel, options);
+            let turn = turn::run(
+                &engine.inner,
+                conversation,
+                run_id,
+                start,
+                cancel,
+                options,
+                begun,
+            );
             let outcome = turn_guard::caught(&engine.inner, conversation, run_id, turn).await;
             engine.end_turn(conversation, run_id, fallback).await;
+            drop(guard);
             outcome
         });
-        Ok(TurnHandle {
+        let handle = TurnHandle {
             run_id,
             conversation_id: conversation,
             join,
-        })
+        };
+        match started.await {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(error)) => {
+                handle.wait().await;
+                Err(EngineError::NotStarted(error))
+            }
+            Err(_) => {
+                let outcome = handle.wait().await;
+                Err(EngineError::NotStarted(
+                    outcome
+                        .error
+                        .unwrap_or_else(|| "the turn task ended".into()),
+                ))
+            }
+        }
     }
 
-    /// Forgets the finished turn; interjections that came too late for it
-    /// start the next one, with the conversation's options (the finished
-    /// turn's, should they have been forgotten meanwhile).
+    /// Forgets the finished turn. Words that came too late for it start
+    /// the next one, with the conversation's options (the finished turn's,
+    /// should they have been forgotten meanwhile); until that turn holds
+    /// the conversation, the finished one's entry stays, so that words
+    /// sent meanwhile queue behind them: stored in order of arrival.
     async fn end_turn(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
-        let late: Vec<String> = match self.inner.active.lock() {
-            Ok(mut active) => match active.remove(&conversation) {
-                Some(turn) if turn.run_id == run_id => turn.interjections.into_iter().collect(),
-                Some(other) => {
-                    active.insert(conversation, other);
-                    Vec::new()
+        let late = match self.inner.active.lock() {
+            Ok(mut active) => match active.get(&conversation) {
+                Some(turn) if turn.run_id == run_id && turn.interjections.is_empty() => {
+                    active.remove(&conversation);
+                    false
                 }
-                None => Vec::new(),
+                Some(turn) => turn.run_id == run_id,
+                None => false,
             },
-            Err(_) => Vec::new(),
+            Err(_) => false,
         };
         // Asked whatever happens next, so that it is not left set.
         let deferred_wake = self.inner.notifications.take_deferred_wake(conversation);
-        if !late.is_empty() {
-            let text = late.join("\n\n");
-            let options = self.inner.remembered.get(conversation).unwrap_or(options);
-            match self
-                .send_from(conversation, &text, None, options, Origin::Engine)
-                .await
-            {
-                Ok(_) => {}
-                // Another turn started meanwhile: it takes the words.
-                Err(EngineError::TurnInProgress(_)) => {
-                    if let Err(e) = Box::pin(self.interject(conversation, &text)).await {
-                        tracing::error!(%conversation, error = %e, "a late interjection was not delivered");
-                    }
-                }
-                // The turn paused for answers: the words wait as the
-                // user's notification, for the next tool result (the
-                // first call run once the pause is answered) or the next
-                // turn's start.
-                Err(EngineError::ApprovalPending { .. }) => {
-                    self.inner.notifications.push(
-                        &self.inner.config.notifications.queue,
-                        conversation,
-                        Incoming::text(USER_SOURCE, Priority::High, text),
-                    );
-                    tracing::info!(%conversation, "a late interjection waits for the paused turn");
-                }
-                Err(e) => {
-                    tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
-                }
-            }
+        if late {
+            self.hand_over(conversation, run_id, options).await;
         } else if deferred_wake {
             // A waking notification came while the turn ran.
             self.wake_soon(conversation);
+        }
+    }
+
+    /// Takes the words queued for finished turn `run_id` (all of them,
+    /// under the lock) and, in the same hold, gives the conversation to the
+    /// turn they start.
+    async fn hand_over(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
+        let options = self.inner.remembered.get(conversation).unwrap_or(options);
+        let leaf = self.active_leaf(conversation).await;
+        let pending = match &leaf {
+            Ok(_) => self.pending_approval(conversation).await,
+            Err(_) => Ok(None),
+        };
+        let cancel = CancellationToken::new();
+        let next = RunId::new();
+        let stopping = self.inner.stopping.is_stopping();
+        let (words, started) = {
+            let Ok(mut active) = self.inner.active.lock() else {
+                return;
+            };
+            let words: Vec<String> = match active.get_mut(&conversation) {
+                Some(turn) if turn.run_id == run_id => turn.interjections.drain(..).collect(),
+                _ => Vec::new(),
+            };
+            let go_on = !stopping
+                && matches!((&leaf, &pending), (Ok(l), Ok(p)) if p.as_ref().is_none_or(|p| p.message_id != *l));
+            if go_on && !words.is_empty() {
+                active.insert(
+                    conversation,
+                    ActiveTurn {
+                        run_id: next,
+                        cancel: cancel.clone(),
+                        interjections: VecDeque::new(),
+                    },
+                );
+                (words, true)
+            } else {
+                active.remove(&conversation);
+                (words, false)
+            }
+        };
+        if words.is_empty() {
+            return;
+        }
+        let text = words.join("\n\n");
+        match (leaf, pending) {
+            (Ok(leaf), Ok(_)) if started => {
+                let user = user_message(conversation, leaf, &text);
+                if let Err(e) = self
+                    .spawn_turn(conversation, next, cancel, turn::Start::User(user), options)
+                    .await
+                {
+                    tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                }
+            }
+            // The turn paused for answers: the words wait as the user's
+            // notification, for the next tool result (the first call run
+            // once the pause is answered) or the next turn's start.
+            (Ok(_), Ok(Some(_))) => {
+                self.inner.notifications.push(
+                    &self.inner.config.notifications.queue,
+                    conversation,
+                    Incoming::text(USER_SOURCE, Priority::High, text),
+                );
+                tracing::info!(%conversation, "a late interjection waits for the paused turn");
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+            }
+            // Stopping: the words are stored, answered by no model; the
+            // next message goes on from them.
+            (Ok(leaf), Ok(None)) => {
+                let user = user_message(conversation, leaf, &text);
+                let event = AgentEvent::UserInterjection {
+                    run_id,
+                    message: user.clone(),
+                };
+                if let Err(e) = self.inner.bus.store_message(&user, vec![event]).await {
+                    tracing::error!(%conversation, error = %e, "a late interjection could not be stored");
+                }
+            }
         }
     }
 }

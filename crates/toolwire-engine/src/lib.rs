@@ -29,6 +29,7 @@ pub mod notify;
 pub mod provider;
 mod recover;
 mod remembered;
+mod shutdown;
 pub mod tools;
 mod turn;
 mod turn_guard;
@@ -40,3 +41,4 @@ pub use engine::{
     Engine, EngineError, Interjection, Notified, Responded, TurnHandle, TurnOptions, TurnOutcome,
 };
 pub use follow::Follower;
+pub use shutdown::ShutdownReport;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::Incoming;
@@ -60,6 +60,15 @@ struct Stop {
 }
 
 impl Stop {
+    /// The engine stopped (SIGTERM or Ctrl-C) before the turn ended.
+    fn shutdown() -> Self {
+        Stop::new(
+            StopReason::Interrupted,
+            "interrupted by shutdown: toolwire stopped before the turn ended; \
+             what was stored is kept, send a message to go on",
+        )
+    }
+
     fn paused() -> Self {
         Stop {
             reason: StopReason::RequiresApproval,
@@ -98,6 +107,8 @@ struct Turn<'a> {
     /// continues the paused run's count).
     iterations_before: u32,
     options: TurnOptions,
+    /// Told once the turn's first step is stored (or cannot be).
+    begun: Option<oneshot::Sender<Result<(), String>>>,
 }
 
 pub(crate) async fn run(
@@ -107,6 +118,7 @@ pub(crate) async fn run(
     start: Start,
     cancel: CancellationToken,
     options: TurnOptions,
+    begun: oneshot::Sender<Result<(), String>>,
 ) -> TurnOutcome {
     let mut turn = Turn {
         inner,
@@ -119,8 +131,15 @@ pub(crate) async fn run(
         turn_index: None,
         iterations_before: 0,
         options,
+        begun: Some(begun),
     };
     let result = turn.run(start).await;
+    if let (Some(begun), Err(stop)) = (turn.begun.take(), &result) {
+        let _ = begun.send(Err(stop
+            .error
+            .clone()
+            .unwrap_or_else(|| stop.reason.as_str().to_owned())));
+    }
     let (reason, error, final_message) = match result {
         Ok(final_message) => (StopReason::EndTurn, None, Some(final_message)),
         Err(stop) => (stop.reason, stop.error, None),
@@ -201,8 +220,10 @@ impl Turn<'_> {
                 then,
             } => {
                 resumed = Some(self.resume(pending, decisions, then).await?);
+                self.begin();
             }
             Start::Abandon { pending, reason } => {
+                self.begin();
                 self.abandon(pending, &reason).await?;
                 return Err(Stop::new(StopReason::Cancelled, reason));
             }
@@ -222,6 +243,7 @@ impl Turn<'_> {
                 }];
                 events.extend(injected);
                 self.store_carrying(&user, events, batch).await?;
+                self.begin();
             }
             Start::From(id) => {
                 self.leaf = id;
@@ -229,14 +251,14 @@ impl Turn<'_> {
                     .store
                     .set_active_leaf(self.conversation, id)
                     .await?;
+                self.begin();
             }
         }
         if let Some((calls, then)) = resumed {
             let path = self.inner.store.path_to(self.leaf).await?;
             self.run_tools(self.iterations_before, calls, path).await?;
-            if self.cancel.is_cancelled() {
-                return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
-            }
+            // Stored even when the turn stops here: the client was told
+            // its message was taken.
             if let Some(text) = then {
                 let user = user_message(self.conversation, self.leaf, &text);
                 let event = AgentEvent::UserInterjection {
@@ -245,6 +267,9 @@ impl Turn<'_> {
                 };
                 self.inner.bus.store_message(&user, vec![event]).await?;
                 self.leaf = user.id;
+            }
+            if self.stopped() {
+                return Err(self.cancelled());
             }
         }
         let max_steps = self
@@ -263,14 +288,36 @@ impl Turn<'_> {
             }
             let calls = calls.into_iter().map(PendingCall::from_gated).collect();
             self.run_tools(iteration, calls, path).await?;
-            if self.cancel.is_cancelled() {
-                return Err(Stop::new(StopReason::Cancelled, "cancelled by the user"));
+            if self.stopped() {
+                return Err(self.cancelled());
             }
         }
         Err(Stop::new(
             StopReason::MaxSteps,
             format!("stopped after {max_steps} model calls (max_steps)"),
         ))
+    }
+
+    /// Tells the front door that the turn's first step is stored.
+    fn begin(&mut self) {
+        if let Some(begun) = self.begun.take() {
+            let _ = begun.send(Ok(()));
+        }
+    }
+
+    /// Whether the turn is to stop at this step's end: cancelled by the
+    /// user, or the engine is shutting down.
+    fn stopped(&self) -> bool {
+        self.cancel.is_cancelled() || self.inner.stopping.is_stopping()
+    }
+
+    /// Why a cancelled turn stopped.
+    fn cancelled(&self) -> Stop {
+        if self.inner.stopping.is_stopping() {
+            Stop::shutdown()
+        } else {
+            Stop::new(StopReason::Cancelled, "cancelled by the user")
+        }
     }
 
     /// The tools of this turn.
@@ -447,7 +494,7 @@ impl Turn<'_> {
         let started = Instant::now();
         let stream = tokio::select! {
             s = self.inner.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
-            _ = self.cancel.cancelled() => return Err(Stop::new(StopReason::Cancelled, "cancelled by the user")),
+            _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
         let mut step = StepState::new(self.inner.config.tool_format);
         let mut failure: Option<Stop> = None;
@@ -465,7 +512,7 @@ impl Turn<'_> {
             let batch = tokio::select! {
                 batch = batches.next() => batch,
                 _ = self.cancel.cancelled() => {
-                    failure = Some(Stop::new(StopReason::Cancelled, "cancelled by the user"));
+                    failure = Some(self.cancelled());
                     break;
                 }
             };
@@ -711,7 +758,7 @@ impl Turn<'_> {
         let limit = self.inner.config.tool_concurrency.max(1);
         loop {
             let mut ready = Vec::new();
-            while running.len() + ready.len() < limit && !skip_rest && !self.cancel.is_cancelled() {
+            while running.len() + ready.len() < limit && !skip_rest && !self.stopped() {
                 let Some(mut call) = queue.pop_front() else {
                     break;
                 };
@@ -840,7 +887,9 @@ impl Turn<'_> {
             }
         }
         // Calls never started: answered, so every call has a result.
-        let skip_reason = if self.cancel.is_cancelled() {
+        let skip_reason = if self.inner.stopping.is_stopping() {
+            "Not run: toolwire was shutting down before this call started."
+        } else if self.cancel.is_cancelled() {
             "Not run: the user cancelled the turn."
         } else {
             "Not run: the user interjected before this call started."

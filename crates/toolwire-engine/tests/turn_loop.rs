@@ -477,3 +477,83 @@ async fn a_tool_that_ignores_cancellation_is_aborted_after_the_grace_period() {
     let path = engine.store().path_to(conv.active_leaf).await.unwrap();
     assert_eq!(tool_results(&path), ["Error: cancelled"]);
 }
+
+/// Words sent one after the other while short turns start and end are
+/// stored in the order they were sent: a turn's late words and words sent
+/// while the next turn starts never swap places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interjections_are_stored_in_order_of_arrival() {
+    let (engine, _dir) = engine(
+        script("steps:\n  - text: ok\n    chunk_size: 64\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    // Other conversations' turns keep the store busy meanwhile, so that
+    // its reads take varying time (as on a loaded server).
+    let busy = tokio_util::sync::CancellationToken::new();
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        let (engine, busy) = (engine.clone(), busy.clone());
+        let other = engine.create_conversation(None).await.unwrap();
+        others.push(tokio::spawn(async move {
+            while !busy.is_cancelled() {
+                engine.run(other.id, "busy").await.unwrap();
+            }
+        }));
+    }
+    let sent: Vec<String> = (0..2000).map(|i| format!("w{i}")).collect();
+    // Spaced as a person's (or a socket's) frames are, so that turns end
+    // and start between them.
+    for (i, word) in sent.iter().enumerate() {
+        // As the live view's socket does: a turn that started in between
+        // takes the words.
+        loop {
+            match engine.interject(conv.id, word).await {
+                Ok(_) => break,
+                Err(toolwire_engine::EngineError::TurnInProgress(_)) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_micros(200 * (i as u64 % 8))).await;
+    }
+    busy.cancel();
+    for other in others {
+        other.await.unwrap();
+    }
+    // Until every turn has ended.
+    let mut quiet = 0;
+    while quiet < 20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        quiet = if engine.is_running(conv.id) {
+            0
+        } else {
+            quiet + 1
+        };
+    }
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let stored: Vec<String> = path
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| {
+            m.text()
+                .split("\n\n")
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(stored.len(), sent.len(), "every word is stored once");
+    // Words stored after one sent later than them.
+    let index = |w: &String| w[1..].parse::<usize>().unwrap();
+    let late: Vec<&[String]> = stored
+        .windows(2)
+        .filter(|pair| index(&pair[1]) < index(&pair[0]))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} stored out of order: {late:?}",
+        late.len()
+    );
+}

@@ -8,6 +8,10 @@ use serde_json::{Map, Value, json};
 use toolwire_engine::EngineError;
 use toolwire_store::StoreError;
 
+/// What a request refused during shutdown is told to wait before sending
+/// again: about what a restart takes.
+pub const SHUTDOWN_RETRY_AFTER_SECS: u16 = 5;
+
 /// An API error.
 #[derive(Debug)]
 pub struct ApiError {
@@ -16,6 +20,9 @@ pub struct ApiError {
     pub message: String,
     /// More fields for the body (e.g. `pending_request_id`).
     pub extra: Map<String, Value>,
+    /// Seconds after which the same request may succeed (`Retry-After`);
+    /// set only where nothing of the request was stored.
+    pub retry_after: Option<u16>,
 }
 
 impl ApiError {
@@ -25,6 +32,7 @@ impl ApiError {
             code,
             message: message.into(),
             extra: Map::new(),
+            retry_after: None,
         }
     }
 
@@ -46,6 +54,15 @@ impl ApiError {
 
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+    }
+
+    /// 503: the server is stopping; nothing of the request was stored, so
+    /// sending it again (to the restarted server) is safe.
+    pub fn shutting_down(message: impl Into<String>) -> Self {
+        ApiError {
+            retry_after: Some(SHUTDOWN_RETRY_AFTER_SECS),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN", message)
+        }
     }
 
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
@@ -82,9 +99,19 @@ impl IntoResponse for ApiError {
             map.extend(self.extra);
         }
         let mut response = (self.status, Json(body)).into_response();
-        // Letta's SDKs retry 409 and 5xx with the same body; a retried
-        // message would run a turn twice.
-        if self.status == StatusCode::CONFLICT || self.status.is_server_error() {
+        if let Some(seconds) = self.retry_after {
+            // Nothing was stored: the same request is safe to send again.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+            response.headers_mut().insert(
+                "x-should-retry",
+                axum::http::HeaderValue::from_static("true"),
+            );
+        } else if self.status == StatusCode::CONFLICT || self.status.is_server_error() {
+            // Letta's SDKs retry 409 and 5xx with the same body; a retried
+            // message would run a turn twice.
             response.headers_mut().insert(
                 "x-should-retry",
                 axum::http::HeaderValue::from_static("false"),
@@ -119,6 +146,8 @@ impl From<EngineError> for ApiError {
                 "Cannot send a new message: Another request is currently being processed \
                  for this conversation. Wait for it to finish, or cancel it.",
             ),
+            EngineError::ShuttingDown => Self::shutting_down(e.to_string()),
+            EngineError::NotStarted(_) => Self::internal(e.to_string()),
             EngineError::ApprovalPending { message_id, .. } => Self::conflict(
                 "PENDING_APPROVAL",
                 "Cannot send a new message: The agent is waiting for approval on a tool call. \

@@ -111,8 +111,10 @@ pub(crate) async fn drain_body(request: Request, limit: usize) {
     let _ = axum::body::to_bytes(request.into_body(), limit).await;
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves; running streams
-/// are let finish. Without API keys only a loopback address is accepted.
+/// Serves `state` on `listener` until `shutdown` resolves, then stops the
+/// engine's turns (see [`toolwire_engine::Engine::shutdown`], bounded by
+/// `shutdown_grace`) before it stops serving. Without API keys only a
+/// loopback address is accepted.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -133,11 +135,24 @@ pub async fn serve(
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
     }
     letta::approvals::arm_all(&state).await;
-    // Open streams end when the server stops, so that the graceful
-    // shutdown does not wait on them forever.
+    // When `shutdown` fires the engine takes no new turn (each door answers
+    // 503 with Retry-After) and running turns get the grace to reach their
+    // next stored step, after which what runs is cut and stored as
+    // interrupted; their streams end with that. Only then do the open
+    // streams and sockets end and the listener close, so that a client
+    // sending meanwhile hears 503, not a refused connection.
     let token = state.shutdown.clone();
+    let engine = state.engine.clone();
+    let grace = state.settings.shutdown_grace;
     let shutdown = async move {
         shutdown.await;
+        let report = engine.shutdown(grace).await;
+        tracing::info!(
+            running = report.running,
+            cut = report.cut,
+            left = report.left,
+            "turns stopped for shutdown"
+        );
         token.cancel();
     };
     // Hosts and origins are checked before anything else, the page and

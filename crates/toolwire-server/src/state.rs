@@ -38,6 +38,9 @@ pub struct ServerSettings {
     /// How long a kept-alive connection may wait for its next request
     /// (`idle_timeout_secs`).
     pub idle_timeout: std::time::Duration,
+    /// On shutdown, how long running turns get to reach their next stored
+    /// step before they are cancelled (`shutdown_grace_secs`).
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl ServerSettings {
@@ -65,6 +68,7 @@ impl Default for ServerSettings {
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            shutdown_grace: std::time::Duration::from_secs(10),
         }
     }
 }

@@ -795,9 +795,13 @@ turns:
 #[tokio::test]
 async fn stopping_the_server_ends_open_streams() {
     let dir = tempfile::tempdir().unwrap();
-    // A slow answer: about 20 s of chunks.
+    // A slow answer: about 20 s of chunks, far past the grace.
     let script = "steps:\n  - text: \"a slow answer that takes its time\"\n    chunk_size: 1\n    delay_ms: 200\n";
-    let s = server(&dir, script).await;
+    let settings = ServerSettings {
+        shutdown_grace: Duration::from_secs(1),
+        ..ServerSettings::default()
+    };
+    let s = Server::start(&dir.path().join("t.db"), script, settings).await;
     let url = s.url(&format!(
         "/v1/agents/{}/messages/stream",
         plain_agent(&s).await
@@ -819,6 +823,8 @@ async fn stopping_the_server_ends_open_streams() {
         .await
         .unwrap()
         .unwrap();
-    assert!(text.contains("the server is shutting down"), "{text}");
+    // Cut after the grace: said by a final event, not by a broken body.
+    assert!(text.contains("interrupted by shutdown"), "{text}");
+    assert!(text.contains("\"error_type\":\"interrupted\""), "{text}");
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
 }

@@ -424,8 +424,12 @@ async fn pump(
             }
             _ = state.shutdown.cancelled() => {
                 end = Some(RunEnd {
-                    reason: toolwire_core::StopReason::Error,
-                    error: Some("the server is shutting down".into()),
+                    reason: toolwire_core::StopReason::Interrupted,
+                    error: Some(
+                        "interrupted by shutdown: the server stopped before the turn ended \
+                         (its run finishes as interrupted)"
+                            .into(),
+                    ),
                 });
                 break;
             }

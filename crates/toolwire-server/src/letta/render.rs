@@ -456,7 +456,12 @@ impl LiveRenderer {
         {
             out.push(json!({
                 "message_type": "error_message",
-                "error_type": stop_reason(end.reason),
+                // Letta's stop reasons have no `interrupted`; the error
+                // says it (a turn cut by a shutdown or a crash).
+                "error_type": match end.reason {
+                    StopReason::Interrupted => "interrupted",
+                    other => stop_reason(other),
+                },
                 "message": error,
                 "detail": error,
                 "run_id": run_id(self.run),
