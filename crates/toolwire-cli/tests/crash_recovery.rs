@@ -83,9 +83,14 @@ async fn after_a_kill_mid_tool_every_call_has_a_result_and_the_turn_shows_interr
             }
             // Killed once the first command has shown some output (kept
             // in its result) while both still run.
+            // The output, not the status line ("Running `echo started…`"),
+            // which comes first and names the word too.
             if event["type"] == "tool_execution_progress"
                 && event["call_id"] == "call_talk"
-                && event.to_string().contains("started")
+                && event["progress"]["kind"] == "output"
+                && event["progress"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("started"))
             {
                 return true;
             }
