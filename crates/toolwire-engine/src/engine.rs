@@ -726,14 +726,7 @@ impl Engine {
     ) -> Result<bool, EngineError> {
         let leaf = self.active_leaf(conversation).await?;
         let path = self.inner.store.path_to(leaf).await?;
-        let answered: HashSet<&ToolCallId> = path
-            .iter()
-            .flat_map(|m| &m.content)
-            .filter_map(|b| match b {
-                ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
-                _ => None,
-            })
-            .collect();
+        let answered = crate::recover::answered(&path);
         Ok(decisions.iter().all(|(id, _)| answered.contains(id)))
     }
 

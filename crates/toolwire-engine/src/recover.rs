@@ -36,19 +36,23 @@ fn cut_short(output: &str) -> String {
 
 /// The calls in `path` that no later message of `path` answers, in order.
 pub(crate) fn open_calls(path: &[Message]) -> Vec<(ToolCallId, String)> {
-    let answered: HashSet<&ToolCallId> = path
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
-            _ => None,
-        })
-        .collect();
+    let answered = answered(path);
     path.iter()
         .filter(|m| m.role == Role::Assistant)
         .flat_map(|m| m.tool_uses())
         .filter(|(id, ..)| !answered.contains(id))
         .map(|(id, _, name, _)| (id.clone(), name.to_owned()))
+        .collect()
+}
+
+/// The calls on `path` that have a result.
+pub(crate) fn answered(path: &[Message]) -> HashSet<&ToolCallId> {
+    path.iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+            _ => None,
+        })
         .collect()
 }
 

@@ -565,3 +565,16 @@ pub async fn none_with(marker: u64) -> bool {
     }
     false
 }
+
+/// Whether a process holds `marker`; waits up to 5 s, as a shell may
+/// report a background job (`$!`, an echo after `&`) before the job has
+/// exec'd the command that carries the marker.
+pub async fn some_with(marker: u64) -> bool {
+    for _ in 0..50 {
+        if !running_with(marker).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
