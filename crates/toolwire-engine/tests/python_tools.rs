@@ -77,10 +77,15 @@ def hog(mib: int = 2048):
     return len(data)
 
 
-def sleeper(pid_file: str):
-    # The pid outside the sandbox's PID namespace: /proc is the host's.
+def sleeper(pid_file: str, marker: int):
+    # Pids inside the sandbox's PID namespace (and its own /proc) mean
+    # nothing outside: a child carrying the test's marker is found by its
+    # command line, and it ends with the call only if the call's whole
+    # namespace does.
+    import subprocess
+    subprocess.Popen(["sleep", str(marker)])
     with open(pid_file, "w") as f:
-        f.write(os.readlink("/proc/self"))
+        f.write("started")
     time.sleep(30)
     return "woke up"
 "#;
@@ -561,13 +566,17 @@ async fn a_long_call_times_out() {
     .await
     .unwrap();
     let started = Instant::now();
-    let err = call(&sleeper, json!({"pid_file": pid_file}))
+    let marker = support::marker();
+    let err = call(&sleeper, json!({"pid_file": pid_file, "marker": marker}))
         .await
         .unwrap_err();
     assert!(matches!(err, ToolError::TimedOut(1)), "{err:?}");
     assert_eq!(err.to_string(), "timed out after 1 s");
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert_gone(&pid_file).await;
+    assert!(
+        support::none_with(marker).await,
+        "the call's processes outlived it"
+    );
 }
 
 #[tokio::test]
@@ -584,9 +593,10 @@ async fn cancelling_kills_the_call() {
     let ctx = ToolContext::detached("call");
     let cancel = ctx.cancel.clone();
     let started = Instant::now();
+    let marker = support::marker();
     let running = tokio::spawn(async move {
         sleeper
-            .call(json!({"pid_file": pid_file.clone()}), ctx)
+            .call(json!({"pid_file": pid_file.clone(), "marker": marker}), ctx)
             .await
     });
     // Cancel once the function is running, not while Python starts.
@@ -599,20 +609,8 @@ async fn cancelling_kills_the_call() {
     let err = running.await.unwrap().unwrap_err();
     assert!(matches!(err, ToolError::Cancelled), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
-    assert_gone(&pid_file).await;
-}
-
-/// The process whose pid is in `pid_file` has been killed (it may linger
-/// as a zombie until it is reaped).
-async fn assert_gone(pid_file: &std::path::Path) {
-    let pid = std::fs::read_to_string(pid_file).unwrap();
-    let stat = format!("/proc/{}/stat", pid.trim());
-    for _ in 0..100 {
-        match std::fs::read_to_string(&stat) {
-            Err(_) => return,
-            Ok(s) if s.rsplit(')').next().unwrap().trim_start().starts_with('Z') => return,
-            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    panic!("process {} still running", pid.trim());
+    assert!(
+        support::none_with(marker).await,
+        "the call's processes outlived it"
+    );
 }
