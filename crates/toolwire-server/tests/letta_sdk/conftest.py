@@ -83,13 +83,14 @@ def _server_env() -> dict:
 class Server:
     """One `toolwire serve` process on a database in `home`."""
 
-    def __init__(self, home: Path, script: Path, config: Optional[Path], index: int):
+    def __init__(
+        self, home: Path, workspace: Path, script: Path, config: Optional[Path], index: int
+    ):
         self.home = home
         self.script = script
         self.config = config
         self.db = f"sqlite://{home / 't.db'}"
-        self.workspace = home / "workspace"
-        self.workspace.mkdir(exist_ok=True)
+        self.workspace = workspace
         self.log_path = home / f"server-{index}.log"
         self.proc: Optional[subprocess.Popen] = None
         self.port: Optional[int] = None
@@ -218,6 +219,11 @@ class Servers:
 
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
+        # One workspace for the test's servers, as for a server restarted
+        # in the same directory: their tools may write only there (and in
+        # their own temp dir), so the files a test's tools write live here.
+        self.workspace = tmp_path / "workspace"
+        self.workspace.mkdir()
         self.started: List[Server] = []
 
     def start(self, script: str, *, config: Optional[str] = None) -> Server:
@@ -234,7 +240,7 @@ class Servers:
         if config is not None:
             config_path = home / "config.toml"
             config_path.write_text(config)
-        server = Server(home, script_path, config_path, len(self.started))
+        server = Server(home, self.workspace, script_path, config_path, len(self.started))
         self.started.append(server)
         return server.start()
 
@@ -268,6 +274,13 @@ def servers(tmp_path):
     s = Servers(tmp_path)
     yield s
     s.stop_all()
+
+
+@pytest.fixture
+def workspace(servers):
+    """The servers' workspace: the one place outside their temp dir where
+    their Python tools may write (the sandbox refuses the rest)."""
+    return servers.workspace
 
 
 @pytest.fixture

@@ -34,9 +34,9 @@ def produced(messages):
 
 
 @pytest.fixture
-def log(tmp_path):
+def log(workspace):
     """Where the counting `shout` writes a line per real execution."""
-    return tmp_path / "shout-runs.log"
+    return workspace / "shout-runs.log"
 
 
 def send(client, agent_id, streaming, **request):
@@ -328,8 +328,8 @@ def whisper(text: str) -> str:
 '''
 
 
-def test_three_approvals_and_a_plain_call_in_one_step(serve, log, tmp_path):
-    whispers = tmp_path / "whisper-runs.log"
+def test_three_approvals_and_a_plain_call_in_one_step(serve, log, workspace):
+    whispers = workspace / "whisper-runs.log"
     client = serve("parallel_approvals.yaml").client()
     shout = client.tools.create(source_code=counting_shout_source(log), default_requires_approval=True)
     whisper = client.tools.create(source_code=counting_whisper_source(whispers))
@@ -458,8 +458,8 @@ LOOKUP_CLIENT = {
 }
 
 
-def test_client_tool_overrides_a_server_tool(serve, tmp_path):
-    marker = tmp_path / "server-lookup-ran"
+def test_client_tool_overrides_a_server_tool(serve, workspace):
+    marker = workspace / "server-lookup-ran"
     client = serve("client_override.yaml").client()
     tool = client.tools.create(source_code=lookup_source(marker))
     assert tool.name == "lookup"

@@ -15,9 +15,9 @@ FRESH = "A fresh answer: nothing is pending."
 
 
 @pytest.fixture
-def log(tmp_path):
+def log(workspace):
     """Where the counting `shout` writes a line per real execution."""
-    return tmp_path / "shout-runs.log"
+    return workspace / "shout-runs.log"
 
 
 def gated_agent(client, log):

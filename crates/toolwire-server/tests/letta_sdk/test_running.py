@@ -27,10 +27,10 @@ def wait_for_gate(label: str) -> str:
 
 
 @pytest.fixture
-def running(serve, tmp_path):
+def running(serve, workspace):
     """A server, a client, an agent with `wait_for_gate`, and the gate."""
     client = serve("blocking.yaml").client()
-    gate, started = tmp_path / "gate", tmp_path / "started"
+    gate, started = workspace / "gate", workspace / "started"
     tool = client.tools.create(source_code=gated_tool_source(gate, started))
     agent = client.agents.create(name="busy", include_base_tools=False, tool_ids=[tool.id])
     try:
