@@ -103,7 +103,7 @@ pub struct EngineArgs {
     /// TOML config file with the same keys as these flags, and prices and
     /// model bounds (max_tokens, first_byte_timeout_secs,
     /// stream_idle_timeout_secs, max_retry_after_secs,
-    /// max_step_output_bytes, max_step_events; see the README).
+    /// max_step_output_bytes, max_step_events; see docs/configuration.md).
     #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Model API [default: scripted demo when no model is configured].

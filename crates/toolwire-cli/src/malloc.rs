@@ -7,7 +7,7 @@
 //! and the next read faults every page in again: about 1,000 page faults
 //! per 10,000-message read, which made a tool loop's whole read take
 //! 7.7 ms instead of 4.8 (`cargo bench -p toolwire-store --bench path_to`
-//! with and without the same settings as `GLIBC_TUNABLES`, see the README).
+//! with and without the same settings as `GLIBC_TUNABLES`, see docs/performance.md).
 //! Fixed thresholds keep up to [`TRIM_THRESHOLD`] of free heap for reuse;
 //! `toolwire-bench serve-load` showed the same memory either way.
 

@@ -120,7 +120,7 @@ impl std::fmt::Debug for HttpSettings {
 
 /// The `max_tokens` sent when none is configured: Anthropic's own
 /// examples' value, enough for long code edits, and what a 4k-context
-/// local model needs lowered (see the README).
+/// local model needs lowered (see docs/configuration.md).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
 /// `base` with `path` appended to its path, its query kept (a base URL
