@@ -752,11 +752,6 @@ impl Settings {
         Ok(Arc::new(sandbox))
     }
 
-    /// Where Python-source tools run: `sandbox`, with this workspace.
-    pub fn python_sandbox(&self, sandbox: Arc<Sandbox>) -> Result<PythonSandbox> {
-        Ok(PythonSandbox::new(sandbox, self.workspace()?.root()))
-    }
-
     /// The built-in tools, confined to `workspace` (commands through
     /// `sandbox`), and the tools of the configured MCP servers (a server
     /// that fails to start is logged as a warning and left out).
@@ -838,6 +833,7 @@ impl Settings {
             engine,
             watcher,
             sandbox,
+            workspace,
         })
     }
 }
@@ -850,6 +846,16 @@ pub struct Running {
     watcher: Option<WatchHandle>,
     /// What commands run under (shared with the front doors' own tools).
     pub sandbox: Arc<Sandbox>,
+    /// The built-in tools' root, opened once at start.
+    pub workspace: Arc<Workspace>,
+}
+
+impl Running {
+    /// Where Python-source tools run: the commands' sandbox, in this
+    /// workspace.
+    pub fn python_sandbox(&self) -> PythonSandbox {
+        PythonSandbox::new(self.sandbox.clone(), self.workspace.root())
+    }
 }
 
 impl Running {

@@ -67,7 +67,7 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
     let listener = toolwire_server::bind(args.addr, &server).await?;
     // Kept to the end: the file watcher runs as long as `running`.
     let running = settings.start().await?;
-    server.python_sandbox = settings.python_sandbox(running.sandbox.clone())?;
+    server.python_sandbox = running.python_sandbox();
     let engine = running.engine.clone();
     let addr = listener.local_addr()?;
     eprintln!(

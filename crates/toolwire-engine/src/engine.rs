@@ -981,11 +981,13 @@ impl Engine {
         };
         let cancel = CancellationToken::new();
         let next = RunId::new();
-        let stopping = self.inner.stopping.is_stopping();
         let (words, started) = {
             let Ok(mut active) = self.inner.active.lock() else {
                 return;
             };
+            // Under the lock, as in `start_turn`: no turn starts once
+            // `shutdown` has looked at what runs.
+            let stopping = self.inner.stopping.is_stopping();
             let words: Vec<String> = match active.get_mut(&conversation) {
                 Some(turn) if turn.run_id == run_id => turn.interjections.drain(..).collect(),
                 _ => Vec::new(),

@@ -161,9 +161,5 @@ async fn partial_outputs(
 
 /// The last `max` bytes of `s` (fewer, to start on a character).
 fn tail(s: &str, max: usize) -> &str {
-    let mut start = s.len().saturating_sub(max);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
+    &s[s.ceil_char_boundary(s.len().saturating_sub(max))..]
 }

@@ -24,7 +24,6 @@ use crate::tools::ToolSpec;
 pub use anthropic::AnthropicProvider;
 pub use http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
 pub use openai::OpenAiProvider;
-pub use redact::redact_url;
 pub use scripted::{Script, ScriptedProvider};
 
 /// What the model is asked.

@@ -23,7 +23,7 @@ const HIDDEN: &str = "REDACTED";
 /// `url` without its user info and with secret-looking query values
 /// replaced. Text that does not parse as a URL is not shown at all if it
 /// holds a `@` or `?` (where a secret would be).
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Ok(mut parsed) = reqwest::Url::parse(url) else {
         return cut_unparsed(url);
     };
@@ -53,7 +53,7 @@ pub fn redact_url(url: &str) -> String {
 /// secret-looking query values) replaced wherever they occur: for
 /// messages from lower layers or servers that quote the URL, or part of
 /// it, themselves.
-pub fn redact_in(text: &str, url: &str) -> String {
+pub(crate) fn redact_in(text: &str, url: &str) -> String {
     let mut out = if url.is_empty() {
         text.to_owned()
     } else {

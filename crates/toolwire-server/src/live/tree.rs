@@ -184,11 +184,10 @@ pub async fn message_views(
             by_id.entry(message.id).or_insert(message);
         }
     }
-    let refs: HashMap<MessageId, &Message> = by_id.iter().map(|(k, v)| (*k, v)).collect();
     let mut children: HashMap<MessageId, Vec<Message>> = HashMap::new();
     let mut views = Vec::with_capacity(ids.len());
     for wanted in ids {
-        let Some(message) = refs.get(wanted).copied() else {
+        let Some(message) = by_id.get(wanted) else {
             return Ok(Err(*wanted));
         };
         for of in [Some(message.id), message.parent_id].into_iter().flatten() {
@@ -196,23 +195,17 @@ pub async fn message_views(
                 entry.insert(store.children(of).await?);
             }
         }
-        let names = answered_names(message, &refs);
+        let names = answered_names(message, &by_id);
         let kids: Vec<&Message> = children
             .get(&message.id)
             .map_or(Vec::new(), |c| c.iter().collect());
-        let mut view = node(message, &kids, &names);
         let siblings: Vec<MessageId> = match message.parent_id {
             Some(parent) => children
                 .get(&parent)
                 .map_or(Vec::new(), |c| c.iter().map(|m| m.id).collect()),
             None => vec![message.id],
         };
-        view["content_blocks"] = json!(message.content);
-        view["siblings"] = json!({
-            "index": siblings.iter().position(|s| *s == message.id).unwrap_or(0),
-            "ids": siblings,
-        });
-        views.push(view);
+        views.push(view(message, &kids, &names, &siblings));
     }
     Ok(Ok(views))
 }
@@ -222,7 +215,7 @@ pub async fn message_views(
 /// walking the whole path.
 fn answered_names<'a>(
     message: &'a Message,
-    by_id: &HashMap<MessageId, &'a Message>,
+    by_id: &'a HashMap<MessageId, Message>,
 ) -> HashMap<&'a ToolCallId, &'a str> {
     let mut wanted: Vec<&ToolCallId> = message
         .content
@@ -235,7 +228,7 @@ fn answered_names<'a>(
     let mut names = HashMap::new();
     let mut at = message.parent_id;
     while !wanted.is_empty()
-        && let Some(ancestor) = at.and_then(|p| by_id.get(&p).copied())
+        && let Some(ancestor) = at.and_then(|p| by_id.get(&p))
     {
         for (call, _, name, _) in ancestor.tool_uses() {
             if let Some(i) = wanted.iter().position(|w| *w == call) {
@@ -257,11 +250,23 @@ pub async fn message_view(state: &AppState, message: &Message) -> ApiResult<Valu
     let path = store.path_to(message.id).await?;
     let names = tool_names(&path);
     let children: Vec<&Message> = children.iter().collect();
-    let mut view = node(message, &children, &names);
+    let siblings: Vec<MessageId> = siblings.iter().map(|s| s.id).collect();
+    Ok(view(message, &children, &names, &siblings))
+}
+
+/// A `MessageView`: the node, its content and where it stands among its
+/// siblings.
+fn view(
+    message: &Message,
+    children: &[&Message],
+    names: &HashMap<&ToolCallId, &str>,
+    siblings: &[MessageId],
+) -> Value {
+    let mut view = node(message, children, names);
     view["content_blocks"] = json!(message.content);
     view["siblings"] = json!({
-        "index": siblings.iter().position(|s| s.id == message.id).unwrap_or(0),
-        "ids": siblings.iter().map(|s| s.id).collect::<Vec<_>>(),
+        "index": siblings.iter().position(|s| *s == message.id).unwrap_or(0),
+        "ids": siblings,
     });
-    Ok(view)
+    view
 }

@@ -140,7 +140,7 @@ fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
 
 /// Whether an open failed because the path changed under us into
 /// something that leads elsewhere (a symlink, or out of the root).
-fn is_moved(e: &io::Error) -> bool {
+pub(crate) fn is_moved(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
         Some(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV)

@@ -129,8 +129,7 @@ pub(crate) fn write_beneath(
 /// An open beneath the root failed: a symlink on the way is the path
 /// having changed since it was checked; anything else is plain I/O.
 pub(crate) fn open_error(shown: &str, e: std::io::Error) -> ToolError {
-    if matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() || code == rustix::io::Errno::XDEV.raw_os_error())
-    {
+    if super::beneath::is_moved(&e) {
         moved(shown)
     } else {
         io_error(shown, e)

@@ -1,7 +1,6 @@
 //! The root directory every built-in tool is confined to.
 
 use std::ffi::OsString;
-use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -9,7 +8,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::beneath;
-use super::common::open_error;
+use super::beneath::is_missing;
+use super::common::{io_error, open_error};
 use crate::tools::ToolError;
 use crate::watch::OwnWrites;
 
@@ -211,20 +211,6 @@ impl Workspace {
                 Err(e) => return Err(io_error(user_path, e)),
             }
         }
-    }
-}
-
-fn is_missing(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-    )
-}
-
-pub(crate) fn io_error(user_path: &str, source: io::Error) -> ToolError {
-    ToolError::Io {
-        path: user_path.to_owned(),
-        source,
     }
 }
 
