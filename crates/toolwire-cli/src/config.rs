@@ -421,20 +421,11 @@ pub struct HttpServerConfig {
 impl HttpServerConfig {
     fn from_file(file: &FileConfig) -> Result<HttpServerConfig> {
         use toolwire_server::ServerSettings as D;
-        let positive = |key: &str, value: Option<u64>| -> Result<Option<u64>> {
-            match value {
-                Some(0) => bail!("{key} must be at least 1"),
-                other => Ok(other),
-            }
-        };
-        let seconds = |key: &str, value: Option<u64>, default| -> Result<std::time::Duration> {
-            Ok(positive(key, value)?.map_or(default, std::time::Duration::from_secs))
-        };
         Ok(HttpServerConfig {
             allowed_hosts: file.allowed_hosts.clone(),
             allowed_origins: file.allowed_origins.clone(),
-            max_connections: positive("max_connections", file.max_connections.map(|n| n as u64))?
-                .map_or(D::DEFAULT_MAX_CONNECTIONS, |n| n as usize),
+            max_connections: at_least_one("max_connections", file.max_connections)?
+                .unwrap_or(D::DEFAULT_MAX_CONNECTIONS),
             header_timeout: seconds(
                 "header_timeout_secs",
                 file.header_timeout_secs,
@@ -447,6 +438,27 @@ impl HttpServerConfig {
             )?,
         })
     }
+}
+
+fn not_valid(path: &Path) -> String {
+    format!("config file {} is not valid", path.display())
+}
+
+/// `value` unless it is zero, which is refused naming `key`.
+fn at_least_one<N: PartialEq + Default>(key: &str, value: Option<N>) -> Result<Option<N>> {
+    match value {
+        Some(n) if n == N::default() => bail!("{key} must be at least 1"),
+        other => Ok(other),
+    }
+}
+
+/// A duration of `value` seconds (at least 1, named by `key`), else `default`.
+fn seconds(
+    key: &str,
+    value: Option<u64>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration> {
+    Ok(at_least_one(key, value)?.map_or(default, std::time::Duration::from_secs))
 }
 
 /// Everything resolved.
@@ -492,11 +504,6 @@ pub struct ModelLimits {
 
 impl ModelLimits {
     fn from_file(file: &FileConfig) -> Result<ModelLimits> {
-        let seconds = |key: &str, value: Option<u64>, default: std::time::Duration| match value {
-            Some(0) => bail!("{key} must be at least 1"),
-            Some(s) => Ok(std::time::Duration::from_secs(s)),
-            None => Ok(default),
-        };
         let stream = StreamLimits::default();
         Ok(ModelLimits {
             stream: StreamLimits {
@@ -517,29 +524,30 @@ impl ModelLimits {
                 .max_retry_after_secs
                 .map(std::time::Duration::from_secs)
                 .unwrap_or(RetryPolicy::default().max_retry_after),
-            max_tokens: match file.max_tokens {
-                Some(0) => bail!("max_tokens must be at least 1"),
-                Some(n) => n,
-                None => DEFAULT_MAX_TOKENS,
-            },
+            max_tokens: at_least_one("max_tokens", file.max_tokens)?.unwrap_or(DEFAULT_MAX_TOKENS),
         })
     }
 }
 
 impl EngineArgs {
+    /// Context for an error in a part of the settings: the config file
+    /// names where to look when there is one.
+    fn invalid(&self, what: &str) -> String {
+        match &self.config {
+            Some(path) => not_valid(path),
+            None => format!("{what} are not valid"),
+        }
+    }
+
     pub fn resolve(&self) -> Result<Settings> {
         let file = match &self.config {
             Some(path) => read_config(path)?,
             None => FileConfig::default(),
         };
-        let model_limits = ModelLimits::from_file(&file).with_context(|| match &self.config {
-            Some(path) => format!("config file {} is not valid", path.display()),
-            None => "the model limits are not valid".to_owned(),
-        })?;
-        let http = HttpServerConfig::from_file(&file).with_context(|| match &self.config {
-            Some(path) => format!("config file {} is not valid", path.display()),
-            None => "the server settings are not valid".to_owned(),
-        })?;
+        let model_limits =
+            ModelLimits::from_file(&file).with_context(|| self.invalid("the model limits"))?;
+        let http = HttpServerConfig::from_file(&file)
+            .with_context(|| self.invalid("the server settings"))?;
         let model = self.model.clone().or(file.model);
         let script = self.script.clone().or(file.script);
         let explicit = self.provider.or(file.provider);
@@ -567,10 +575,7 @@ impl EngineArgs {
                 config.validate().map(|()| config)
             })
             .collect::<Result<Vec<_>, _>>()
-            .with_context(|| match &self.config {
-                Some(path) => format!("config file {} is not valid", path.display()),
-                None => "the MCP servers are not valid".to_owned(),
-            })?;
+            .with_context(|| self.invalid("the MCP servers"))?;
         let defaults = EngineConfig::default();
         let db = match self.db.clone().or(file.db) {
             Some(db) => db,
@@ -579,10 +584,7 @@ impl EngineArgs {
         let mut sandbox_policy = file
             .sandbox
             .policy(self.sandbox)
-            .with_context(|| match &self.config {
-                Some(path) => format!("config file {} is not valid", path.display()),
-                None => "the sandbox settings are not valid".to_owned(),
-            })?;
+            .with_context(|| self.invalid("the sandbox settings"))?;
         // Commands never open toolwire's own files, wherever they are.
         let mut protected: Vec<PathBuf> = toolwire_store::local_files(&db);
         protected.extend(self.config.clone());
@@ -661,7 +663,7 @@ impl EngineArgs {
 fn read_config(path: &Path) -> Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))
+    toml::from_str(&text).with_context(|| not_valid(path))
 }
 
 impl Settings {
