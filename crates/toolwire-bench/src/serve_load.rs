@@ -329,7 +329,7 @@ impl Server {
 
     /// Waits up to `bound` for the process to exit (then kills it); its
     /// status, or an error with its last log lines.
-    pub(crate) async fn exited(mut self, bound: Duration) -> Result<std::process::ExitStatus> {
+    pub(crate) async fn exited(&mut self, bound: Duration) -> Result<std::process::ExitStatus> {
         match tokio::time::timeout(bound, self.child.wait()).await {
             Ok(status) => Ok(status?),
             Err(_) => {
@@ -353,26 +353,15 @@ impl Server {
 
     /// SIGTERM, then waits for a clean exit (SIGKILL after 10 s).
     pub(crate) async fn stop(mut self) -> Result<()> {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        let pid = i32::try_from(self.pid).context("pid out of range")?;
-        kill(Pid::from_raw(pid), Signal::SIGTERM).context("signalling the server")?;
-        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
-            Ok(status) => {
-                let status = status?;
-                if !status.success() {
-                    bail!(
-                        "the server exited with {status}; its stderr:\n{}",
-                        self.tail()
-                    );
-                }
-                Ok(())
-            }
-            Err(_) => {
-                let _ = self.child.start_kill();
-                bail!("the server did not stop within 10 s of SIGTERM")
-            }
+        self.terminate()?;
+        let status = self.exited(Duration::from_secs(10)).await?;
+        if !status.success() {
+            bail!(
+                "the server exited with {status}; its stderr:\n{}",
+                self.tail()
+            );
         }
+        Ok(())
     }
 }
 
@@ -423,23 +412,12 @@ async fn one_message(
         if !content_type.starts_with("text/event-stream") {
             bail!("content-type {content_type:?}, not text/event-stream");
         }
-        let mut body = response.bytes_stream();
-        let mut buffer: Vec<u8> = Vec::new();
         let mut first_event = None;
-        let mut data: Vec<String> = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.context("reading the stream")?;
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                let line = String::from_utf8_lossy(&line);
-                let line = line.trim_end_matches(['\n', '\r']);
-                if let Some(payload) = line.strip_prefix("data:") {
-                    first_event.get_or_insert_with(|| sent.elapsed());
-                    data.push(payload.strip_prefix(' ').unwrap_or(payload).to_owned());
-                }
-            }
-        }
+        let data = sse_data(response, || {
+            first_event.get_or_insert_with(|| sent.elapsed());
+        })
+        .await
+        .context("reading the stream")?;
         let total = sent.elapsed();
         let first_event = first_event.context("the stream carried no data event")?;
         check_stream(&data)?;
@@ -452,6 +430,30 @@ async fn one_message(
 
 /// A turn's stream: one successful tool return, `end_turn`, then `[DONE]`
 /// last.
+/// The `data:` payloads of an SSE response, in order; `first` is called
+/// as each arrives (for timing the first).
+pub(crate) async fn sse_data(
+    response: reqwest::Response,
+    mut first: impl FnMut(),
+) -> Result<Vec<String>, reqwest::Error> {
+    let mut body = response.bytes_stream();
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut data: Vec<String> = Vec::new();
+    while let Some(chunk) = body.next().await {
+        buffer.extend_from_slice(&chunk?);
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if let Some(payload) = line.strip_prefix("data:") {
+                first();
+                data.push(payload.strip_prefix(' ').unwrap_or(payload).to_owned());
+            }
+        }
+    }
+    Ok(data)
+}
+
 fn check_stream(data: &[String]) -> Result<()> {
     match data.last().map(String::as_str) {
         Some("[DONE]") => {}

@@ -32,10 +32,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::serve_load::{Server, call_json, toolwire_binary};
+use crate::serve_load::{Server, call_json, sse_data, toolwire_binary};
 
 /// What `shutdown-load` is asked to do.
 pub struct Options {
@@ -118,24 +117,11 @@ async fn attempt(http: &reqwest::Client, url: &str, text: &str, counts: &Counts)
         return Attempt::Other(format!("HTTP {status}: {body}"));
     }
     counts.accepted.fetch_add(1, Ordering::Relaxed);
-    let mut body = response.bytes_stream();
-    let mut buffer: Vec<u8> = Vec::new();
-    let mut data: Vec<String> = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let Ok(chunk) = chunk else { break };
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if let Some(payload) = line.strip_prefix("data:") {
-                data.push(payload.strip_prefix(' ').unwrap_or(payload).to_owned());
-            }
-        }
-    }
-    if data.last().map(String::as_str) != Some("[DONE]") {
-        return Attempt::CutSilently;
-    }
+    // A stream cut by an error is cut all the same: it never said [DONE].
+    let data = match sse_data(response, || {}).await {
+        Ok(data) if data.last().map(String::as_str) == Some("[DONE]") => data,
+        _ => return Attempt::CutSilently,
+    };
     let messages: Vec<Value> = data
         .iter()
         .filter_map(|d| serde_json::from_str(d).ok())
