@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
-use toolwire_engine::tools::python::PythonSandbox;
-use toolwire_engine::tools::python::{
+use toolwire_tools::python::PythonSandbox;
+use toolwire_tools::python::{
     PythonLimits, PythonTool, PythonToolDef, PythonToolError, derive_schema, derive_schema_with,
 };
-use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
+use toolwire_tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
 
 mod support;
 

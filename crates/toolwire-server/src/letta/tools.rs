@@ -6,8 +6,8 @@ use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolwire_engine::tools::python::{PythonTool, PythonToolDef, derive_schema, schema_from_json};
-use toolwire_engine::tools::{ToolRegistry, ToolSpec};
+use toolwire_tools::python::{PythonTool, PythonToolDef, derive_schema, schema_from_json};
+use toolwire_tools::{ToolRegistry, ToolSpec};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
