@@ -345,7 +345,7 @@ async fn python(w: &World, mode: Mode, function: &str, args: Value) -> String {
             name: function.into(),
             description: String::new(),
             source_code: PROBES.into(),
-            json_schema: None,
+            schema: None,
         },
         PythonLimits::default(),
         PythonSandbox::new(w.sandbox(mode), w.root()),

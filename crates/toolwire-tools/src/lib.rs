@@ -25,11 +25,13 @@ pub mod confined;
 pub mod mcp;
 mod own_writes;
 pub mod python;
+mod registry;
 mod tool;
 
 pub use own_writes::OwnWrites;
+pub use registry::{ToolRegistry, ToolSource};
 pub use tool::{
     MAX_HELD_OUTPUT, NotificationSink, Notifier, ProgressHandle, Tool, ToolContext, ToolError,
-    ToolOutput, ToolRegistry, ToolSource,
+    ToolOutput,
 };
 pub use toolwire_core::ToolSpec;

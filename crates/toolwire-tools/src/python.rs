@@ -1,5 +1,4 @@
-//! Python-source tools: a function given as source code (as Letta tools
-//! are), run in a fresh `python3` process per call with a timeout and a
+//! Python-source tools: a function given as source code, run in a fresh `python3` process per call with a timeout and a
 //! memory limit. When no JSON schema is given, it is derived from the
 //! function's signature and docstring by reading the source with Python's
 //! `ast`, without running it.
@@ -108,8 +107,8 @@ impl PythonSandbox {
     }
 }
 
-/// A Python tool as a client defines it (Letta's `source_code` and
-/// `json_schema`).
+/// A Python tool as a client defines it: its source and, optionally, its
+/// schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PythonToolDef {
     /// The tool's name, which is also the name of the function to call.
@@ -117,10 +116,9 @@ pub struct PythonToolDef {
     /// Shown to the model; when empty, the schema's description is used.
     pub description: String,
     pub source_code: String,
-    /// Either the arguments schema (`{"type": "object", ...}`) or Letta's
-    /// whole function schema (`{"name", "description", "parameters"}`).
-    /// Derived from the source when absent.
-    pub json_schema: Option<Value>,
+    /// The schema as the client gave it (checked again by
+    /// [`ToolSchemaInfo::new`]); derived from the source when absent.
+    pub schema: Option<ToolSchemaInfo>,
 }
 
 /// A function's schema, as derived from its source or given by a client.
@@ -134,6 +132,47 @@ pub struct ToolSchemaInfo {
 }
 
 impl ToolSchemaInfo {
+    /// A schema given by a client, checked: `parameters` must describe an
+    /// object (`"type": "object"`, which a schema of only `properties`, or
+    /// an empty one, is taken to mean).
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Result<ToolSchemaInfo, PythonToolError> {
+        let Value::Object(mut parameters) = parameters else {
+            return Err(PythonToolError::InvalidSchema(
+                "`parameters` must be a JSON object".into(),
+            ));
+        };
+        match parameters.get("type") {
+            Some(Value::String(t)) if t == "object" => {}
+            // Providers insist on `type: object`; a schema with only
+            // `properties` plainly means it.
+            None if parameters.contains_key("properties") || parameters.is_empty() => {
+                parameters.insert("type".into(), json!("object"));
+            }
+            Some(other) => {
+                return Err(PythonToolError::InvalidSchema(format!(
+                    "the arguments must be an object (`\"type\": \"object\"`), not {other}"
+                )));
+            }
+            None => {
+                return Err(PythonToolError::InvalidSchema(
+                    "expected an arguments schema (`type`, `properties`)".into(),
+                ));
+            }
+        }
+        if !parameters.contains_key("properties") {
+            parameters.insert("properties".into(), json!({}));
+        }
+        Ok(ToolSchemaInfo {
+            name: name.into(),
+            description: description.into(),
+            parameters: Value::Object(parameters),
+        })
+    }
+
     pub fn into_spec(self) -> ToolSpec {
         ToolSpec {
             name: self.name,
@@ -143,15 +182,6 @@ impl ToolSchemaInfo {
             // Arbitrary code: never assume it has no side effects.
             read_only: false,
         }
-    }
-
-    /// The function schema as Letta stores it in a tool's `json_schema`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "name": self.name,
-            "description": self.description,
-            "parameters": self.parameters,
-        })
     }
 }
 
@@ -220,7 +250,7 @@ pub struct PythonTool {
 impl PythonTool {
     /// Defines the tool with the default interpreter (`python3`), run
     /// through `sandbox`. Runs it once to derive the schema when
-    /// `def.json_schema` is absent.
+    /// `def.schema` is absent.
     pub async fn new(
         def: PythonToolDef,
         limits: PythonLimits,
@@ -238,8 +268,8 @@ impl PythonTool {
         interpreter: impl Into<PathBuf>,
     ) -> Result<Self, PythonToolError> {
         let interpreter = interpreter.into();
-        let schema = match &def.json_schema {
-            Some(given) => schema_from_json(&def.name, given)?,
+        let schema = match def.schema {
+            Some(given) => ToolSchemaInfo::new(given.name, given.description, given.parameters)?,
             None => derive_schema_with(&interpreter, &def.source_code, &def.name, &sandbox).await?,
         };
         let mut spec = schema.into_spec();
@@ -383,63 +413,6 @@ pub async fn derive_schema_with(
                 .to_string(),
         )),
     }
-}
-
-/// Reads a client's `json_schema`: either the arguments schema itself or
-/// Letta's whole function schema (`{"name", "description", "parameters"}`).
-pub fn schema_from_json(
-    name: &str,
-    json_schema: &Value,
-) -> Result<ToolSchemaInfo, PythonToolError> {
-    let Value::Object(object) = json_schema else {
-        return Err(PythonToolError::InvalidSchema(format!(
-            "expected a JSON object, got {json_schema}"
-        )));
-    };
-    let (description, parameters) = match object.get("parameters") {
-        Some(parameters) => (
-            object
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            parameters.clone(),
-        ),
-        None => (String::new(), json_schema.clone()),
-    };
-    let Value::Object(mut parameters) = parameters else {
-        return Err(PythonToolError::InvalidSchema(
-            "`parameters` must be a JSON object".into(),
-        ));
-    };
-    match parameters.get("type") {
-        Some(Value::String(t)) if t == "object" => {}
-        // Providers insist on `type: object`; a schema with only
-        // `properties` plainly means it.
-        None if parameters.contains_key("properties") || parameters.is_empty() => {
-            parameters.insert("type".into(), json!("object"));
-        }
-        Some(other) => {
-            return Err(PythonToolError::InvalidSchema(format!(
-                "the arguments must be an object (`\"type\": \"object\"`), not {other}"
-            )));
-        }
-        None => {
-            return Err(PythonToolError::InvalidSchema(
-                "expected an arguments schema (`type`, `properties`) or a function schema \
-                 (`name`, `description`, `parameters`)"
-                    .into(),
-            ));
-        }
-    }
-    if !parameters.contains_key("properties") {
-        parameters.insert("properties".into(), json!({}));
-    }
-    Ok(ToolSchemaInfo {
-        name: name.to_owned(),
-        description,
-        parameters: Value::Object(parameters),
-    })
 }
 
 /// The runner's answer (see `python_runner.py`).
@@ -937,20 +910,14 @@ mod tests {
     }
 
     #[test]
-    fn given_schema_in_either_shape() {
+    fn a_given_schema_must_describe_an_object() {
         let params =
             json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]});
-        let bare = schema_from_json("add", &params).unwrap();
-        assert_eq!(bare.parameters, params);
-        assert_eq!(bare.description, "");
+        let given = ToolSchemaInfo::new("add", "Adds.", params.clone()).unwrap();
+        assert_eq!(given.parameters, params);
+        assert_eq!(given.description, "Adds.");
 
-        let letta = json!({"name": "add", "description": "Adds.", "parameters": params});
-        let full = schema_from_json("add", &letta).unwrap();
-        assert_eq!(full.parameters, params);
-        assert_eq!(full.description, "Adds.");
-        assert_eq!(full.to_json(), letta);
-
-        let only_props = schema_from_json("f", &json!({"properties": {}})).unwrap();
+        let only_props = ToolSchemaInfo::new("f", "", json!({"properties": {}})).unwrap();
         assert_eq!(
             only_props.parameters,
             json!({"properties": {}, "type": "object"})
@@ -959,10 +926,10 @@ mod tests {
         for bad in [
             json!([]),
             json!({"type": "string"}),
-            json!({"parameters": 3}),
+            json!(3),
             json!({"foo": 1}),
         ] {
-            let err = schema_from_json("f", &bad).unwrap_err();
+            let err = ToolSchemaInfo::new("f", "", bad.clone()).unwrap_err();
             assert!(
                 matches!(err, PythonToolError::InvalidSchema(_)),
                 "{bad}: {err}"
