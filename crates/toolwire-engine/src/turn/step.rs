@@ -65,7 +65,7 @@ impl Turn<'_> {
             for item in batch {
                 match item {
                     Ok(event) => {
-                        if let Err(over) = step.admit(&event, &self.cx.config) {
+                        if let Err(over) = step.admit(&event, self.cx.config) {
                             failure = Some(Stop::new(StopReason::LlmApiError, over));
                             break;
                         }

@@ -50,7 +50,7 @@ impl PendingCall {
 impl Turn<'_> {
     /// The tools of this turn.
     pub(super) fn tools(&self) -> &ToolRegistry {
-        self.options.tools.as_ref().unwrap_or(&self.cx.tools)
+        self.options.tools.as_ref().unwrap_or(self.cx.tools)
     }
 
     /// What the model is told it can call: the turn's tools, and the
