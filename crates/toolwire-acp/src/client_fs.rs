@@ -15,8 +15,8 @@ use agent_client_protocol::v1::schema::{ReadTextFileRequest, SessionId, WriteTex
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
-use toolwire_engine::tools::builtin::{Workspace, parse_args, preview_diff};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use toolwire_tools::builtin::{Workspace, parse_args, preview_diff};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// Text returned by one read, at most (the built-in tool's cap is alike).
 const MAX_READ: usize = 256 * 1024;

@@ -5,7 +5,7 @@ use toolwire_core::event::Location;
 use toolwire_core::{
     StopReason, ToolCallContent, ToolCallPatch, ToolCallState, ToolCallStatus, ToolKind,
 };
-use toolwire_engine::tools::builtin::{StepStatus, parse_plan};
+use toolwire_tools::builtin::{StepStatus, parse_plan};
 
 /// How a prompt turn ended, as ACP says it; `None` for the engine's
 /// failures, which answer the prompt with a JSON-RPC error instead.

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolwire_core::{ToolCallContent, ToolCallId};
-use toolwire_engine::tools::builtin::{Workspace, preview_diff};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+use toolwire_tools::builtin::{Workspace, preview_diff};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 use crate::client_fs::{ClientFs, OldText, read_for_preview};
 use crate::titles;

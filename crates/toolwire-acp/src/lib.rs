@@ -50,12 +50,13 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
 use tokio::io::{AsyncRead, AsyncWrite};
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
-use toolwire_engine::tools::ToolRegistry;
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::confined::Sandbox;
-use toolwire_engine::tools::mcp::{self, McpServerConfig};
-use toolwire_engine::watch::{self, OwnWrites, WatchHandle, WatchSettings};
+use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, TurnOptions};
+use toolwire_tools::OwnWrites;
+use toolwire_tools::ToolRegistry;
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::confined::Sandbox;
+use toolwire_tools::mcp::{self, McpServerConfig};
 
 pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use permissions::{Policies, Policy};

@@ -15,8 +15,8 @@ use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
     StopReason, ToolCall, ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
 };
-use toolwire_engine::tools::builtin::UPDATE_PLAN;
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
+use toolwire_tools::builtin::UPDATE_PLAN;
 
 use crate::permissions::ask;
 use crate::updates::{Updates, add_metrics};

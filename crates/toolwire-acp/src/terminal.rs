@@ -18,8 +18,8 @@ use agent_client_protocol::v1::schema::{
 use async_trait::async_trait;
 use serde_json::Value;
 use toolwire_core::ToolCallId;
-use toolwire_engine::tools::builtin::{CommandArgs, Workspace};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use toolwire_tools::builtin::{CommandArgs, Workspace};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// The output the editor keeps for the model (the built-in tool's tail).
 const OUTPUT_LIMIT: u64 = 64 * 1024;

@@ -23,7 +23,7 @@ use toolwire_core::{
 
 use crate::{Session, convert, notify, titles};
 use toolwire_core::tool_events::{failure_text, result_text};
-use toolwire_engine::tools::builtin::UPDATE_PLAN;
+use toolwire_tools::builtin::UPDATE_PLAN;
 
 /// What is known of one call beyond what the tracker keeps.
 #[derive(Debug, Default)]

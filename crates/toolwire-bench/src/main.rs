@@ -48,10 +48,10 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use toolwire_core::{AgentEvent, ConversationId, RunId, StopReason};
-use toolwire_engine::provider::{Script, ScriptedProvider};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use toolwire_engine::{Engine, EngineConfig, Observer};
+use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_store::{Store, StoredEvent};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 #[derive(Parser)]
 #[command(name = "toolwire-bench", about = "Load driver for toolwire's engine")]

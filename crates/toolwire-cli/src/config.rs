@@ -11,17 +11,17 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use toolwire_core::PriceTable;
 use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
-use toolwire_engine::provider::{
+use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
+use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
+use toolwire_providers::{
     AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, OpenAiProvider, Provider, RetryPolicy,
     Script, ScriptedProvider, StreamLimits, ToolFormat, anthropic, openai, scripted,
 };
-use toolwire_engine::tools::ToolRegistry;
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
-use toolwire_engine::tools::mcp::{self, McpServerConfig};
-use toolwire_engine::tools::python::{PythonLimits, PythonSandbox};
-use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
-use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
+use toolwire_tools::ToolRegistry;
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
+use toolwire_tools::mcp::{self, McpServerConfig};
+use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
 /// The database a working directory kept from before the default moved.
 const OLD_DEFAULT_DB: &str = "toolwire.db";

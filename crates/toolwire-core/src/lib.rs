@@ -5,8 +5,8 @@
 //! events ([`event`]), paused tool calls ([`approval`]), the notification
 //! queue and block ([`notification`]), tool-call state and the patches
 //! that update it ([`tool_call`]), what agent events mean for tool calls
-//! ([`tool_events`], shared by every front door) and model pricing
-//! ([`pricing`]).
+//! ([`tool_events`], shared by every front door), what a model is told
+//! about a tool ([`tool_spec`]) and model pricing ([`pricing`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -24,12 +24,15 @@ pub mod notification;
 pub mod pricing;
 pub mod tool_call;
 pub mod tool_events;
+pub mod tool_spec;
 pub mod tree;
 
 pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
 pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
 pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
-pub use message::{ContentBlock, Message, MessageStatus, Priority, Role, Usage};
+pub use message::{
+    ContentBlock, Message, MessageStatus, NOT_RUN_AFTER_STOP, Priority, Role, Usage,
+};
 pub use notification::{
     Batch, FileChange, Incoming, Notice, NotificationQueue, NotifyConfig, format_block,
     is_reserved_source,
@@ -40,4 +43,5 @@ pub use tool_call::{
     ToolCallStatus, ToolCallTracker, ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
 };
 pub use tool_events::{ToolCallChange, kind_of};
+pub use tool_spec::ToolSpec;
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

@@ -82,6 +82,10 @@ pub enum ContentBlock {
     },
 }
 
+/// The result of a call that toolwire stopped before it finished: stored
+/// at recovery, and sent in its place should a path still lack one.
+pub const NOT_RUN_AFTER_STOP: &str = "Not run: toolwire stopped before this call finished.";
+
 /// Token counts of one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

@@ -16,9 +16,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 use toolwire_core::{FileChange, Incoming, NotifyConfig, Priority};
 use toolwire_engine::notify::NotificationSettings;
-use toolwire_engine::provider::{Script, ScriptedProvider};
-use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{Script, ScriptedProvider};
+use toolwire_tools::ToolRegistry;
 
 const CONVERSATIONS: usize = 1_000;
 

@@ -35,12 +35,12 @@ use tokio::runtime::Runtime;
 use toolwire_core::{
     AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
 };
-use toolwire_engine::provider::{Script, ScriptedProvider};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_store::{
     ConversationSummary, InstanceRecord, RunRecord, Store, StoredEvent, UnfinishedRun,
 };
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 /// Tool-calling steps per measured turn (plus one final answer).
 const TOOL_STEPS: usize = 5;

@@ -3,7 +3,7 @@
 use toolwire_core::PriceTable;
 
 use crate::notify::NotificationSettings;
-use crate::provider::ToolFormat;
+use toolwire_providers::ToolFormat;
 
 /// Where a user message sent during a turn goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

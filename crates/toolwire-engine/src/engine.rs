@@ -1,114 +1,31 @@
 //! The engine: conversations, turns and their control (cancel, interject,
 //! edit, regenerate). One turn at a time per conversation.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::notification::{Admission, USER_SOURCE};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming, Message,
-    MessageId, PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId,
-    TreeError, Usage, tree,
+    AgentEvent, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
+    PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId, Usage, tree,
 };
-use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
+use toolwire_store::{InstanceRecord, Store, StoredEvent};
 
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
-use crate::follow::Follower;
+use crate::error::EngineError;
+use crate::follow::{EventLog, Follower};
 use crate::instance::{self, Registration};
 use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
-use crate::provider::Provider;
 use crate::remembered::Remembered;
 use crate::shutdown::{ShutdownReport, Stopping};
-use crate::tools::{NotificationSink, Notifier, ToolRegistry, ToolSpec};
-use crate::turn;
-use crate::turn_guard;
-
-/// What the engine could not do.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Tree(#[from] TreeError),
-    #[error("a turn is already running in conversation {0}; interject or cancel it")]
-    TurnInProgress(ConversationId),
-    /// The engine is stopping (the process got SIGTERM or Ctrl-C): nothing
-    /// was stored; the same request can be sent again once it is back.
-    #[error("toolwire is shutting down and starts no new turn; send it again once it is back")]
-    ShuttingDown,
-    /// The turn's first step (its user message, or the answers it goes on
-    /// from) could not be stored, so nothing was started.
-    #[error("the turn could not start: {0}")]
-    NotStarted(String),
-    #[error(
-        "conversation {conversation} waits for answers to the tool calls of message {message_id}; \
-         answer them (or cancel) first"
-    )]
-    ApprovalPending {
-        conversation: ConversationId,
-        message_id: MessageId,
-    },
-    #[error("conversation {0} has no tool calls waiting for an answer")]
-    NothingPending(ConversationId),
-    /// An approval for a call whose result must come from the client: the
-    /// server cannot run it.
-    #[error(
-        "tool call `{}` is a client tool: the client runs it and sends its result \
-         (or denies it); it cannot be approved to run on the server",
-        .0.0
-    )]
-    ClientToolApproved(ToolCallId),
-    #[error("{}", mismatch_message(expected, received))]
-    ApprovalMismatch {
-        /// Every waiting call: each needs exactly one answer.
-        expected: Vec<ToolCallId>,
-        /// The calls answered, in the order given.
-        received: Vec<ToolCallId>,
-    },
-}
-
-fn mismatch_message(expected: &[ToolCallId], received: &[ToolCallId]) -> String {
-    let unexpected: Vec<ToolCallId> = received
-        .iter()
-        .filter(|r| !expected.contains(r))
-        .cloned()
-        .collect();
-    let list = |ids: &[ToolCallId]| {
-        ids.iter()
-            .map(|i| i.0.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut text = format!(
-        "every waiting tool call needs an answer; expected answers for: {}",
-        list(expected)
-    );
-    if !unexpected.is_empty() {
-        text.push_str(&format!("; these calls do not wait: {}", list(&unexpected)));
-    }
-    text
-}
-
-/// How one turn differs from the engine's defaults.
-#[derive(Debug, Clone, Default)]
-pub struct TurnOptions {
-    /// Model calls before the turn stops with `max_steps`.
-    pub max_steps: Option<u32>,
-    /// The tools of this turn, in place of the engine's.
-    pub tools: Option<ToolRegistry>,
-    /// Tools the client runs: shown to the model (over a server tool of
-    /// the same name); their calls wait for the client's result.
-    pub client_tools: Vec<ToolSpec>,
-    /// Server tools whose calls wait for a person's approval.
-    pub require_approval: HashSet<String>,
-    /// The client that started the turn, told to tools.
-    pub client_id: Option<String>,
-}
+use crate::turn::{self, ActiveTurn, TurnOptions, TurnOutcome, user_message};
+use toolwire_providers::Provider;
+use toolwire_tools::{NotificationSink, Notifier, ToolRegistry};
 
 /// What became of a notification.
 #[derive(Debug)]
@@ -132,19 +49,6 @@ pub enum Responded {
     AlreadyApplied,
 }
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TurnOutcome {
-    pub run_id: RunId,
-    pub conversation_id: ConversationId,
-    pub reason: StopReason,
-    pub error: Option<String>,
-    /// The final assistant message, on `end_turn`.
-    pub final_message: Option<Message>,
-    pub usage: Usage,
-    pub cost: Option<f64>,
-}
-
 /// A running turn.
 #[derive(Debug)]
 pub struct TurnHandle {
@@ -159,7 +63,7 @@ impl TurnHandle {
         let (run_id, conversation_id) = (self.run_id, self.conversation_id);
         match self.join.await {
             Ok(outcome) => outcome,
-            // A panic is caught inside the task (turn_guard); what is left
+            // A panic is caught inside the task (`turn::run`); what is left
             // is a task aborted with the runtime. Its text stays in the log.
             Err(e) => TurnOutcome {
                 run_id,
@@ -167,7 +71,7 @@ impl TurnHandle {
                 reason: StopReason::Error,
                 error: {
                     tracing::error!(run = %run_id, error = %e, "a turn's task ended abnormally");
-                    Some(turn_guard::PANICKED.to_owned())
+                    Some(turn::PANICKED.to_owned())
                 },
                 final_message: None,
                 usage: Usage::default(),
@@ -186,34 +90,44 @@ pub enum Interjection {
     Started(TurnHandle),
 }
 
-/// Control of a running turn, shared with its task.
-#[derive(Debug)]
-pub(crate) struct ActiveTurn {
-    pub(crate) run_id: RunId,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) interjections: VecDeque<String>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) tools: ToolRegistry,
-    pub(crate) config: EngineConfig,
-    pub(crate) bus: EventBus,
-    pub(crate) notifications: Arc<Hub>,
-    pub(crate) active: Mutex<HashMap<ConversationId, ActiveTurn>>,
+struct Inner {
+    store: Arc<dyn Store>,
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    config: EngineConfig,
+    bus: EventBus,
+    notifications: Arc<Hub>,
+    active: Mutex<HashMap<ConversationId, ActiveTurn>>,
     /// Each conversation's options, for the turns the engine starts itself.
     remembered: Remembered,
     /// The owner of the runs this engine starts; its heartbeat stops when
     /// the engine goes.
-    pub(crate) instance: Registration,
+    instance: Registration,
     /// Given to every tool call: notifications sent after the call (a
     /// background task's end) reach [`Engine::notify`].
-    pub(crate) notifier: Notifier,
+    notifier: Notifier,
     /// Keeps `notifications` in the store as they change.
     _keeper: Keeper,
     /// Set once the engine stops taking turns; counts the running ones.
-    pub(crate) stopping: Stopping,
+    stopping: Stopping,
+}
+
+impl Inner {
+    /// What a turn uses of the engine.
+    fn turn_context(&self) -> turn::Context<'_> {
+        turn::Context {
+            store: self.store.as_ref(),
+            provider: self.provider.as_ref(),
+            tools: &self.tools,
+            config: &self.config,
+            bus: &self.bus,
+            notifications: &self.notifications,
+            active: &self.active,
+            instance: self.instance.record().id,
+            notifier: &self.notifier,
+            stopping: &self.stopping,
+        }
+    }
 }
 
 /// The engine as a tool's [`NotificationSink`]: a weak reference, so that
@@ -390,13 +304,22 @@ impl Engine {
     /// Follows the conversation's events from now on, each once, in order
     /// (a subscription that resyncs from the store when it falls behind).
     pub fn follow(&self, conversation: ConversationId) -> Follower {
-        Follower::new(self, conversation)
+        Follower::new(
+            Arc::new(self.clone()),
+            conversation,
+            self.subscribe(conversation),
+        )
     }
 
     /// Follows the conversation's events from just after `seq` (stored
     /// ones first).
     pub fn follow_after(&self, conversation: ConversationId, seq: u64) -> Follower {
-        Follower::after(self, conversation, seq)
+        Follower::after(
+            Arc::new(self.clone()),
+            conversation,
+            self.subscribe(conversation),
+            seq,
+        )
     }
 
     /// Stored events after `seq`.
@@ -906,16 +829,8 @@ impl Engine {
         let guard = self.inner.stopping.enter();
         let (begun, started) = tokio::sync::oneshot::channel();
         let join = tokio::spawn(async move {
-            let turn = turn::run(
-                &engine.inner,
-                conversation,
-                run_id,
-                start,
-                cancel,
-                options,
-                begun,
-            );
-            let outcome = turn_guard::caught(&engine.inner, conversation, run_id, turn).await;
+            let cx = engine.inner.turn_context();
+            let outcome = turn::run(&cx, conversation, run_id, start, cancel, options, begun).await;
             engine.end_turn(conversation, run_id, fallback).await;
             drop(guard);
             outcome
@@ -1053,21 +968,22 @@ impl Engine {
     }
 }
 
+#[async_trait::async_trait]
+impl EventLog for Engine {
+    async fn events_since(
+        &self,
+        conversation: ConversationId,
+        seq: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, EngineError> {
+        Engine::events_since(self, conversation, seq, limit).await
+    }
+}
+
 /// Who starts a turn: a front door's options are remembered as the
 /// conversation's; the engine's own turns only use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
     FrontDoor,
     Engine,
-}
-
-pub(crate) fn user_message(conversation: ConversationId, parent: MessageId, text: &str) -> Message {
-    Message::new(
-        conversation,
-        Some(parent),
-        Role::User,
-        vec![ContentBlock::Text {
-            text: text.to_owned(),
-        }],
-    )
 }

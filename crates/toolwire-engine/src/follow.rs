@@ -2,21 +2,36 @@
 //! store's log when the subscription fell behind, each event once and in
 //! order. Every front door reads events through a [`Follower`].
 
+use std::sync::Arc;
+
 use tokio::sync::broadcast::error::RecvError;
 use toolwire_core::ConversationId;
 use toolwire_store::StoredEvent;
 
 use crate::bus::Subscription;
-use crate::engine::{Engine, EngineError};
+use crate::error::EngineError;
 
 /// Stored events one [`Follower::next`] reads at most: a resume from far
 /// back (or a long lag) is read a page at a time, not all at once.
 pub(crate) const PAGE: u32 = 1_000;
 
+/// Where a follower reads the events it missed (the engine, which a
+/// follower keeps alive).
+#[async_trait::async_trait]
+pub(crate) trait EventLog: Send + Sync + std::fmt::Debug {
+    /// At most `limit` of `conversation`'s stored events after `seq`.
+    async fn events_since(
+        &self,
+        conversation: ConversationId,
+        seq: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, EngineError>;
+}
+
 /// A conversation's events from some point on.
 #[derive(Debug)]
 pub struct Follower {
-    engine: Engine,
+    log: Arc<dyn EventLog>,
     conversation: ConversationId,
     rx: Subscription,
     /// The last event handed out; stored events up to it are skipped.
@@ -31,12 +46,16 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Follows `conversation` from now on.
-    pub(crate) fn new(engine: &Engine, conversation: ConversationId) -> Self {
+    /// Follows `conversation` from now on: `rx` is its subscription.
+    pub(crate) fn new(
+        log: Arc<dyn EventLog>,
+        conversation: ConversationId,
+        rx: Subscription,
+    ) -> Self {
         Follower {
-            engine: engine.clone(),
+            log,
             conversation,
-            rx: engine.subscribe(conversation),
+            rx,
             last_seq: 0,
             anchored: false,
             backlog: false,
@@ -45,12 +64,17 @@ impl Follower {
 
     /// Follows `conversation` from just after event `seq`: what was stored
     /// since comes first, then live events, none twice.
-    pub(crate) fn after(engine: &Engine, conversation: ConversationId, seq: u64) -> Self {
+    pub(crate) fn after(
+        log: Arc<dyn EventLog>,
+        conversation: ConversationId,
+        rx: Subscription,
+        seq: u64,
+    ) -> Self {
         Follower {
             last_seq: seq,
             anchored: true,
             backlog: true,
-            ..Follower::new(engine, conversation)
+            ..Follower::new(log, conversation, rx)
         }
     }
 
@@ -126,7 +150,7 @@ impl Follower {
     /// The next page of stored events after the last one handed out.
     async fn read_missed(&mut self) -> Result<Vec<StoredEvent>, EngineError> {
         let missed = self
-            .engine
+            .log
             .events_since(self.conversation, self.last_seq, PAGE)
             .await?;
         if let Some(last) = missed.last() {
@@ -144,9 +168,9 @@ mod tests {
     use toolwire_core::{AgentEvent, RunId};
 
     use super::*;
-    use crate::EngineConfig;
-    use crate::provider::{Script, ScriptedProvider};
-    use crate::tools::ToolRegistry;
+    use crate::{Engine, EngineConfig};
+    use toolwire_providers::{Script, ScriptedProvider};
+    use toolwire_tools::ToolRegistry;
 
     async fn engine(event_capacity: usize) -> (Engine, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();

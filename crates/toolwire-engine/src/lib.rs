@@ -1,9 +1,12 @@
 //! # toolwire-engine
 //!
-//! **Owns** the turn loop: providers (model calls over HTTP, and the
-//! scripted provider), tools (built-in, MCP, Python-source, client-side),
-//! approvals, notifications, interjections, and the per-conversation event
-//! bus.
+//! **Owns** the turn loop (a model step through a
+//! [`Provider`](toolwire_providers::Provider), the tool calls it asks for
+//! through a [`ToolRegistry`](toolwire_tools::ToolRegistry), the stored
+//! messages), approvals, notifications and their sources (the workspace's
+//! file watcher), interjections, the per-conversation event bus and its
+//! followers, instance heartbeats, crash recovery and shutdown. Providers
+//! live in `toolwire-providers`, tools in `toolwire-tools`.
 //!
 //! **Invariants.** Knows no front-door wire format (no ACP or Letta names).
 //! Persist, then publish: every step is stored before any client hears of
@@ -15,30 +18,27 @@
 //! in a turn ends it with an error and releases its conversation.
 //!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
-//! `follow`), [`TurnOptions`], [`tools::ToolRegistry`],
-//! [`provider::Provider`], [`watch::start`] (the workspace's file watcher,
-//! a notification source).
+//! `follow`), [`TurnOptions`], [`watch::start`] (the workspace's file
+//! watcher, a notification source).
 
 mod approval;
 mod bus;
 mod config;
 mod engine;
+mod error;
 mod follow;
 mod instance;
 pub mod notify;
-pub mod provider;
 mod recover;
 mod remembered;
 mod shutdown;
-pub mod tools;
 mod turn;
-mod turn_guard;
 pub mod watch;
 
 pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};
-pub use engine::{
-    Engine, EngineError, Interjection, Notified, Responded, TurnHandle, TurnOptions, TurnOutcome,
-};
+pub use engine::{Engine, Interjection, Notified, Responded, TurnHandle};
+pub use error::EngineError;
 pub use follow::Follower;
 pub use shutdown::ShutdownReport;
+pub use turn::{TurnOptions, TurnOutcome};

@@ -10,16 +10,12 @@
 use std::collections::{HashMap, HashSet};
 
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, Message, MessageStatus, Progress, Role, RunId,
-    ToolCallId,
+    AgentEvent, ContentBlock, ConversationId, Message, MessageStatus, NOT_RUN_AFTER_STOP, Progress,
+    Role, RunId, ToolCallId,
 };
 use toolwire_store::{RunRecord, Store, StoreError};
 
 use crate::bus::EventBus;
-
-/// The result of a call that toolwire stopped before it finished: stored
-/// at recovery, and sent in its place should a path still lack one.
-pub const NOT_RUN_AFTER_STOP: &str = "Not run: toolwire stopped before this call finished.";
 
 /// The end of a cut call's output kept in its result.
 const KEPT_OUTPUT: usize = 8 * 1024;

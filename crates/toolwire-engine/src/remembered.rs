@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use toolwire_core::ConversationId;
 
-use crate::engine::TurnOptions;
+use crate::turn::TurnOptions;
 
 /// How many conversations' options are kept. Generous for one process;
 /// the bound is only there so that a long-lived server does not grow

@@ -20,10 +20,9 @@
 //! ([`OwnWrites`]) is the agent's own change: not reported back to it.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::Hasher;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use ::notify::event::{ModifyKind, RenameMode};
@@ -34,7 +33,8 @@ use tokio::sync::oneshot;
 use toolwire_core::{FileChange, Incoming};
 
 use crate::Engine;
-use crate::tools::builtin::{TMP_SUFFIX, Workspace};
+use toolwire_tools::OwnWrites;
+use toolwire_tools::builtin::{TMP_SUFFIX, Workspace};
 
 /// The source name of the watcher's notifications.
 pub const SOURCE: &str = "file_watcher";
@@ -88,94 +88,6 @@ pub enum WatchError {
     Notify(#[from] ::notify::Error),
     #[error("the file watcher's thread could not start: {0}")]
     Thread(io::Error),
-}
-
-/// What the built-in tools wrote, so that the watcher can tell the agent's
-/// own writes from outside changes.
-///
-/// A tool records a path with the length and hash of the content it is
-/// about to write; when the watcher sees that path change, it compares the
-/// file's content now: the same content is the agent's own write (not
-/// reported); different content is someone else's change (reported, and
-/// the record is forgotten). Records expire after ten minutes, and at most
-/// 4,096 are kept.
-#[derive(Debug, Default)]
-pub struct OwnWrites {
-    written: Mutex<HashMap<PathBuf, Written>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Written {
-    len: u64,
-    hash: u64,
-    at: Instant,
-}
-
-const OWN_WRITE_TTL: Duration = Duration::from_secs(600);
-const OWN_WRITES_MAX: usize = 4096;
-
-impl OwnWrites {
-    /// A tool is about to write `content` to `path` (absolute, inside the
-    /// workspace).
-    pub fn record(&self, path: &Path, content: &[u8]) {
-        let now = Instant::now();
-        let mut written = self.lock();
-        if written.len() >= OWN_WRITES_MAX && !written.contains_key(path) {
-            written.retain(|_, w| now.duration_since(w.at) < OWN_WRITE_TTL);
-            if written.len() >= OWN_WRITES_MAX
-                && let Some(oldest) = written
-                    .iter()
-                    .min_by_key(|(_, w)| w.at)
-                    .map(|(p, _)| p.clone())
-            {
-                written.remove(&oldest);
-            }
-        }
-        written.insert(
-            path.to_path_buf(),
-            Written {
-                len: content.len() as u64,
-                hash: hash(content),
-                at: now,
-            },
-        );
-    }
-
-    /// Forgets what was recorded for `path`.
-    pub fn forget(&self, path: &Path) {
-        self.lock().remove(path);
-    }
-
-    /// Whether the file at `path` holds what a built-in tool last wrote
-    /// there (reads it). A file that differs is forgotten: its changes are
-    /// someone else's from now on.
-    pub fn is_own(&self, path: &Path) -> bool {
-        let Some(record) = self.lock().get(path).copied() else {
-            return false;
-        };
-        let same = record.at.elapsed() < OWN_WRITE_TTL
-            && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == record.len)
-            && std::fs::read(path).is_ok_and(|bytes| hash(&bytes) == record.hash);
-        if !same {
-            let mut written = self.lock();
-            // Unless a tool wrote again meanwhile.
-            if written.get(path) == Some(&record) {
-                written.remove(path);
-            }
-        }
-        same
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Written>> {
-        self.written.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-fn hash(bytes: &[u8]) -> u64 {
-    // SipHash with fixed keys: the same bytes hash the same in a process.
-    let mut hasher = std::hash::DefaultHasher::new();
-    hasher.write(bytes);
-    hasher.finish()
 }
 
 /// A running watcher; it stops when this is dropped.
@@ -609,36 +521,5 @@ impl State {
             .map(|c| c.as_os_str().to_string_lossy())
             .collect::<Vec<_>>()
             .join("/")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_writes_match_on_content() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.txt");
-        let own = OwnWrites::default();
-        std::fs::write(&path, "mine").unwrap();
-        assert!(!own.is_own(&path), "nothing recorded");
-        own.record(&path, b"mine");
-        assert!(own.is_own(&path));
-        assert!(own.is_own(&path), "still, for later events of the write");
-        std::fs::write(&path, "theirs").unwrap();
-        assert!(!own.is_own(&path));
-        // Forgotten: the same content again is not the tool's any more.
-        std::fs::write(&path, "mine").unwrap();
-        assert!(!own.is_own(&path));
-    }
-
-    #[test]
-    fn own_writes_stay_bounded() {
-        let own = OwnWrites::default();
-        for i in 0..OWN_WRITES_MAX + 10 {
-            own.record(Path::new(&format!("/w/{i}")), b"x");
-        }
-        assert_eq!(own.lock().len(), OWN_WRITES_MAX);
     }
 }

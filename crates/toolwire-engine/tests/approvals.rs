@@ -11,9 +11,9 @@ use std::time::Duration;
 use serde_json::json;
 use support::*;
 use toolwire_core::{ContentBlock, Decision, Gate, Message, Role, StopReason, ToolCallId};
-use toolwire_engine::provider::{Script, ScriptedProvider};
-use toolwire_engine::tools::ToolSpec;
 use toolwire_engine::{Engine, EngineConfig, EngineError, Responded, TurnOptions};
+use toolwire_providers::{Script, ScriptedProvider};
+use toolwire_tools::ToolSpec;
 
 /// The first turn calls a tool that needs approval; the second answers.
 const RISKY_THEN_DONE: &str = r#"

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 use toolwire_core::{Progress, ToolCallId};
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
 
 struct Fixture {
     root: TempDir,

@@ -14,8 +14,8 @@ use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, Gate, Incoming, NotifyConfig, Priority, StopReason,
 };
 use toolwire_engine::notify::{Activation, NotificationSettings};
-use toolwire_engine::provider::{Script, ScriptedProvider};
 use toolwire_engine::{Engine, EngineConfig, Interjection, Notified, TurnOptions};
+use toolwire_providers::{Script, ScriptedProvider};
 
 /// The first turn answers (slowly, so that an interjection can come
 /// while it streams); every later one calls `risky`, then answers.

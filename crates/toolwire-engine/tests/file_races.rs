@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use rustix::fs::{CWD, FileType, Mode, RenameFlags};
 use serde_json::{Value, json};
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 mod support;
 

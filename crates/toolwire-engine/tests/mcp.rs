@@ -13,8 +13,8 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
-use toolwire_engine::tools::mcp::{McpError, McpServer, McpServerConfig, connect_all};
-use toolwire_engine::tools::{
+use toolwire_tools::mcp::{McpError, McpServer, McpServerConfig, connect_all};
+use toolwire_tools::{
     ProgressHandle, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource,
 };
 

@@ -15,10 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use support::*;
 use toolwire_core::{AgentEvent, ContentBlock, MessageStatus, Role, StopReason};
-use toolwire_engine::provider::{
+use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{
     EventStream, ModelRequest, OpenAiProvider, Provider, ProviderError, StreamLimits,
 };
-use toolwire_engine::{Engine, EngineConfig};
 use toolwire_stream::{FinishReason, StreamEvent};
 
 /// Short bounds, so that every fault shows within seconds.
@@ -374,20 +374,20 @@ async fn a_panicking_turn_ends_with_an_error_and_releases_the_conversation() {
 /// A tool whose call panics (a buggy MCP adapter or client tool): its call
 /// is answered with an error and the turn goes on.
 struct PanickingTool {
-    spec: toolwire_engine::tools::ToolSpec,
+    spec: toolwire_tools::ToolSpec,
 }
 
 #[async_trait]
-impl toolwire_engine::tools::Tool for PanickingTool {
-    fn spec(&self) -> &toolwire_engine::tools::ToolSpec {
+impl toolwire_tools::Tool for PanickingTool {
+    fn spec(&self) -> &toolwire_tools::ToolSpec {
         &self.spec
     }
 
     async fn call(
         &self,
         _arguments: serde_json::Value,
-        _ctx: toolwire_engine::tools::ToolContext,
-    ) -> Result<toolwire_engine::tools::ToolOutput, toolwire_engine::tools::ToolError> {
+        _ctx: toolwire_tools::ToolContext,
+    ) -> Result<toolwire_tools::ToolOutput, toolwire_tools::ToolError> {
         panic!("secret detail: the adapter's state is broken");
     }
 }
@@ -409,7 +409,7 @@ async fn a_panicking_tool_is_answered_with_an_error_and_the_turn_goes_on() {
     .await;
     let mut tools = echo_tools(&[], Duration::ZERO);
     tools.register(Arc::new(PanickingTool {
-        spec: toolwire_engine::tools::ToolSpec {
+        spec: toolwire_tools::ToolSpec {
             name: "boom".into(),
             server: None,
             description: "panics".into(),
@@ -498,8 +498,7 @@ async fn max_tokens_is_always_sent() {
     }
     let mut settings = http("https://api.anthropic.com");
     settings.max_tokens = 777;
-    let body =
-        toolwire_engine::provider::AnthropicProvider::new(settings, "claude", true).body(&request);
+    let body = toolwire_providers::AnthropicProvider::new(settings, "claude", true).body(&request);
     assert_eq!(body["max_tokens"], 777);
 }
 

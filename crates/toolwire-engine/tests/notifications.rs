@@ -16,8 +16,8 @@ use toolwire_core::{
     ContentBlock, ConversationId, Incoming, Message, NotifyConfig, Priority, Role, StopReason,
 };
 use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
-use toolwire_engine::provider::{OpenAiProvider, Script, ScriptedProvider};
 use toolwire_engine::{Engine, EngineConfig, Notified, TurnOptions};
+use toolwire_providers::{OpenAiProvider, Script, ScriptedProvider};
 
 fn config(mode: InjectionMode) -> EngineConfig {
     EngineConfig {

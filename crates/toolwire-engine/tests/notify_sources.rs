@@ -17,11 +17,12 @@ use serde_json::{Value, json};
 use support::*;
 use tempfile::TempDir;
 use toolwire_core::{ConversationId, FileChange, Incoming, StopReason};
-use toolwire_engine::provider::OpenAiProvider;
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::{NotificationSink, Notifier, Tool, ToolContext};
-use toolwire_engine::watch::{self, OwnWrites, WatchHandle, WatchSettings};
+use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::OpenAiProvider;
+use toolwire_tools::OwnWrites;
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::{NotificationSink, Notifier, Tool, ToolContext};
 
 const SLOW: Duration = Duration::from_millis(1500);
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use support::*;
 use toolwire_core::{ContentBlock, MessageStatus, Role, StopReason};
 use toolwire_engine::EngineConfig;
-use toolwire_engine::provider::{AnthropicProvider, OpenAiProvider};
+use toolwire_providers::{AnthropicProvider, OpenAiProvider};
 
 #[tokio::test]
 async fn openai_parallel_calls_then_answer() {

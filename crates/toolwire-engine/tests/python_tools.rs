@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
-use toolwire_engine::tools::python::PythonSandbox;
-use toolwire_engine::tools::python::{
-    PythonLimits, PythonTool, PythonToolDef, PythonToolError, derive_schema, derive_schema_with,
+use toolwire_tools::python::PythonSandbox;
+use toolwire_tools::python::{
+    PythonLimits, PythonTool, PythonToolDef, PythonToolError, ToolSchemaInfo, derive_schema,
+    derive_schema_with,
 };
-use toolwire_engine::tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
+use toolwire_tools::{ProgressHandle, Tool, ToolContext, ToolError, ToolOutput};
 
 mod support;
 
@@ -90,12 +91,12 @@ def sleeper(pid_file: str, marker: int):
     return "woke up"
 "#;
 
-fn def(name: &str, source: &str, json_schema: Option<Value>) -> PythonToolDef {
+fn def(name: &str, source: &str, parameters: Option<Value>) -> PythonToolDef {
     PythonToolDef {
         name: name.into(),
         description: String::new(),
         source_code: source.into(),
-        json_schema,
+        schema: parameters.map(|p| ToolSchemaInfo::new(name, "", p).unwrap()),
     }
 }
 
@@ -407,10 +408,12 @@ async fn a_given_schema_is_used_without_running_python() {
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
         "required": ["a", "b"]
     });
-    let letta = json!({"name": "add", "description": "From the schema.", "parameters": parameters});
+    let mut given = def("add", SOURCE, None);
+    given.schema =
+        Some(ToolSchemaInfo::new("add", "From the schema.", parameters.clone()).unwrap());
     // A missing interpreter is only noticed when the tool runs.
     let tool = PythonTool::with_interpreter(
-        def("add", SOURCE, Some(letta)),
+        given,
         PythonLimits::default(),
         python_sandbox(),
         "python3-not-installed-here",

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use support::*;
 use toolwire_core::{AgentEvent, ConversationId, InstanceId, RunId, StopReason};
-use toolwire_engine::provider::{Script, ScriptedProvider};
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_store::Store;
 
 fn script(yaml: &str) -> Arc<ScriptedProvider> {

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use toolwire_engine::tools::builtin::{self, Workspace};
-use toolwire_engine::tools::confined::{Mode, Sandbox};
-use toolwire_engine::tools::python::{PythonLimits, PythonSandbox, PythonTool, PythonToolDef};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use toolwire_tools::builtin::{self, Workspace};
+use toolwire_tools::confined::{Mode, Sandbox};
+use toolwire_tools::python::{PythonLimits, PythonSandbox, PythonTool, PythonToolDef};
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 const SECRET: &str = "s3cret-do-not-read";
 
@@ -345,7 +345,7 @@ async fn python(w: &World, mode: Mode, function: &str, args: Value) -> String {
             name: function.into(),
             description: String::new(),
             source_code: PROBES.into(),
-            json_schema: None,
+            schema: None,
         },
         PythonLimits::default(),
         PythonSandbox::new(w.sandbox(mode), w.root()),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use support::*;
 use toolwire_core::{ContentBlock, Message, MessageStatus, Role, StopReason};
-use toolwire_engine::provider::{Script, ScriptedProvider};
 use toolwire_engine::{Engine, EngineConfig, EngineError, Interjection};
+use toolwire_providers::{Script, ScriptedProvider};
 
 fn script(yaml: &str) -> Arc<ScriptedProvider> {
     Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))

@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 use support::*;
 use toolwire_core::{ContentBlock, Role, StopReason};
-use toolwire_engine::provider::{OpenAiProvider, Script, ScriptedProvider, ToolFormat};
 use toolwire_engine::{Engine, EngineConfig, Interjection, InterjectionMode};
+use toolwire_providers::{OpenAiProvider, Script, ScriptedProvider, ToolFormat};
 
 fn script(yaml: &str) -> Arc<ScriptedProvider> {
     Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
@@ -388,33 +388,33 @@ async fn restart_marks_the_unfinished_turn_interrupted() {
 
 /// A tool that panics, or one that ignores cancellation.
 struct Misbehaving {
-    spec: toolwire_engine::tools::ToolSpec,
+    spec: toolwire_tools::ToolSpec,
     panics: bool,
 }
 
 #[async_trait::async_trait]
-impl toolwire_engine::tools::Tool for Misbehaving {
-    fn spec(&self) -> &toolwire_engine::tools::ToolSpec {
+impl toolwire_tools::Tool for Misbehaving {
+    fn spec(&self) -> &toolwire_tools::ToolSpec {
         &self.spec
     }
 
     async fn call(
         &self,
         _arguments: serde_json::Value,
-        _ctx: toolwire_engine::tools::ToolContext,
-    ) -> Result<toolwire_engine::tools::ToolOutput, toolwire_engine::tools::ToolError> {
+        _ctx: toolwire_tools::ToolContext,
+    ) -> Result<toolwire_tools::ToolOutput, toolwire_tools::ToolError> {
         if self.panics {
             panic!("tool bug");
         }
         tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok(toolwire_engine::tools::ToolOutput::ok("late"))
+        Ok(toolwire_tools::ToolOutput::ok("late"))
     }
 }
 
-fn misbehaving(name: &str, panics: bool) -> toolwire_engine::tools::ToolRegistry {
-    let mut r = toolwire_engine::tools::ToolRegistry::new();
+fn misbehaving(name: &str, panics: bool) -> toolwire_tools::ToolRegistry {
+    let mut r = toolwire_tools::ToolRegistry::new();
     r.register(Arc::new(Misbehaving {
-        spec: toolwire_engine::tools::ToolSpec {
+        spec: toolwire_tools::ToolSpec {
             name: name.into(),
             server: None,
             description: String::new(),

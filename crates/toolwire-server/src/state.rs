@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use toolwire_engine::Engine;
-use toolwire_engine::tools::confined::Sandbox;
-use toolwire_engine::tools::python::{PythonLimits, PythonSandbox};
 use toolwire_store::Store;
+use toolwire_tools::confined::Sandbox;
+use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
 /// How the server behaves.
 #[derive(Debug, Clone)]

@@ -734,7 +734,7 @@ turns:
       - text: "Both failed."
 "#;
     let settings = ServerSettings {
-        python: toolwire_engine::tools::python::PythonLimits {
+        python: toolwire_tools::python::PythonLimits {
             timeout: Duration::from_secs(1),
             ..Default::default()
         },

@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use toolwire_core::{AgentEvent, ConversationId};
-use toolwire_engine::provider::{HttpSettings, Provider, RetryPolicy, StreamLimits};
-use toolwire_engine::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{HttpSettings, Provider, RetryPolicy, StreamLimits};
 use toolwire_store::Store;
+use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
 /// What the mock answers to one request.
 #[derive(Clone)]
@@ -486,11 +486,11 @@ pub async fn gone(pid: u32) -> bool {
 /// A sandbox in `mode` through this crate's helper binary (network off,
 /// the default limits), protecting `protected`.
 pub fn sandbox_protecting(
-    mode: toolwire_engine::tools::confined::Mode,
+    mode: toolwire_tools::confined::Mode,
     network: bool,
     protected: &[std::path::PathBuf],
-) -> toolwire_engine::tools::confined::Sandbox {
-    use toolwire_engine::tools::confined::{Helper, Policy, Sandbox};
+) -> toolwire_tools::confined::Sandbox {
+    use toolwire_tools::confined::{Helper, Policy, Sandbox};
     Sandbox::new(
         Helper {
             // option_env: other crates' tests include this module too.
@@ -510,9 +510,9 @@ pub fn sandbox_protecting(
 }
 
 /// The default sandbox (`workspace-write`, no network).
-pub fn sandbox() -> Arc<toolwire_engine::tools::confined::Sandbox> {
+pub fn sandbox() -> Arc<toolwire_tools::confined::Sandbox> {
     Arc::new(sandbox_protecting(
-        toolwire_engine::tools::confined::Mode::WorkspaceWrite,
+        toolwire_tools::confined::Mode::WorkspaceWrite,
         false,
         &[],
     ))

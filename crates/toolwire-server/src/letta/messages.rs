@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::{Decision, ToolCallId};
-use toolwire_engine::tools::ToolSpec;
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
+use toolwire_tools::ToolSpec;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};

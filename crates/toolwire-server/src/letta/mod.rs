@@ -7,6 +7,7 @@ pub mod messages;
 pub mod notifications;
 pub mod page;
 pub mod render;
+mod schema;
 pub mod tools;
 
 use axum::Router;

@@ -6,14 +6,15 @@ use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolwire_engine::tools::python::{PythonTool, PythonToolDef, derive_schema, schema_from_json};
-use toolwire_engine::tools::{ToolRegistry, ToolSpec};
+use toolwire_tools::python::{PythonTool, PythonToolDef, ToolSchemaInfo, derive_schema};
+use toolwire_tools::{ToolRegistry, ToolSpec};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
 use crate::letta::agents::refresh_users_of;
 use crate::letta::ids::{check_id, new_id, stable_tool_id};
 use crate::letta::page::{Order, PageQuery};
+use crate::letta::schema;
 use crate::state::AppState;
 
 const KIND: &str = "tool";
@@ -56,10 +57,10 @@ impl ToolRecord {
             id: stable_tool_id(&spec.name),
             name: spec.name.clone(),
             description: spec.description.clone(),
-            json_schema: json!({
-                "name": spec.name,
-                "description": spec.description,
-                "parameters": spec.parameters,
+            json_schema: schema::to_json(&ToolSchemaInfo {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
             }),
             tags: Vec::new(),
             default_requires_approval: false,
@@ -180,11 +181,13 @@ pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
 }
 
 async fn python_tool(state: &AppState, record: &ToolRecord) -> ApiResult<PythonTool> {
+    let given = schema::read(&record.name, &record.json_schema)
+        .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))?;
     let def = PythonToolDef {
         name: record.name.clone(),
         description: record.description.clone(),
         source_code: record.source_code.clone().unwrap_or_default(),
-        json_schema: Some(record.json_schema.clone()),
+        schema: Some(given),
     };
     PythonTool::new(
         def,
@@ -287,15 +290,15 @@ async fn build(
             .ok_or_else(|| {
                 ApiError::bad_request("source_code defines no function (`def name(...)`)")
             })?;
-        let schema = match &given {
-            Some(given) => schema_from_json(&name, given),
+        let info = match &given {
+            Some(given) => schema::read(&name, given),
             None => derive_schema(&source, &name, &state.settings.python_sandbox).await,
         }
         .map_err(|e| ApiError::bad_request(format!("tool `{name}`: {e}")))?;
         record.name = name;
-        record.json_schema = schema.to_json();
+        record.json_schema = schema::to_json(&info);
         if record.description.is_empty() || fields.description.is_none() {
-            record.description = schema.description.clone();
+            record.description = info.description.clone();
         }
     }
     if let Some(description) = fields.description {

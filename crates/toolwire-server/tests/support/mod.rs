@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::oneshot;
-use toolwire_engine::provider::{Script, ScriptedProvider};
-use toolwire_engine::tools::ToolRegistry;
 use toolwire_engine::{Engine, EngineConfig};
+use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_server::{AppState, ServerSettings};
+use toolwire_tools::ToolRegistry;
 
 pub struct Server {
     pub addr: SocketAddr,
@@ -37,7 +37,7 @@ impl Server {
         // Python tools run through this crate's helper binary, with the
         // database's directory as their workspace.
         if !settings.python_sandbox.sandbox.has_helper() {
-            use toolwire_engine::tools::confined::{Helper, Policy, Sandbox};
+            use toolwire_tools::confined::{Helper, Policy, Sandbox};
             let sandbox = Sandbox::new(
                 Helper {
                     exe: env!("CARGO_BIN_EXE_toolwire-server-sandbox").into(),
@@ -45,7 +45,7 @@ impl Server {
                 },
                 Policy::default(),
             );
-            settings.python_sandbox = toolwire_engine::tools::python::PythonSandbox::new(
+            settings.python_sandbox = toolwire_tools::python::PythonSandbox::new(
                 Arc::new(sandbox),
                 db.parent().unwrap().canonicalize().unwrap(),
             );

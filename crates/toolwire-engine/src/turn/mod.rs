@@ -1,0 +1,376 @@
+//! One turn of the tool loop: call the model ([`step`]), store its
+//! message ([`assemble`]), run its tool calls ([`tools`]: concurrently,
+//! bounded, each result stored as it completes), and go again until a
+//! final answer, the step limit, cancellation or an error. Every step is
+//! stored before it is published.
+//!
+//! A turn sees the engine only through its [`Context`]. A panic inside a
+//! turn (a bug in toolwire, a provider or a tool adapter) must not leave
+//! its conversation busy nor its run unfinished: the turn ends with an
+//! error, stored as such, like any other end. The panic's text goes to the
+//! server log only; clients get a generic message, since it may quote
+//! anything the turn held.
+
+mod assemble;
+mod step;
+mod tools;
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+
+use futures::FutureExt;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use toolwire_core::{
+    AgentEvent, ContentBlock, ConversationId, Decision, InstanceId, Message, MessageId,
+    PendingApproval, RunId, StopReason, ToolCallId, Usage,
+};
+use toolwire_providers::Provider;
+use toolwire_store::Store;
+use toolwire_tools::{Notifier, ToolRegistry, ToolSpec};
+
+use crate::bus::EventBus;
+use crate::config::EngineConfig;
+use crate::notify::Hub;
+use crate::shutdown::Stopping;
+
+pub(crate) use assemble::user_message;
+use tools::PendingCall;
+
+/// What a client is told about a turn that panicked.
+pub(crate) const PANICKED: &str = "internal error in the turn: see the server log";
+
+/// How one turn differs from the engine's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct TurnOptions {
+    /// Model calls before the turn stops with `max_steps`.
+    pub max_steps: Option<u32>,
+    /// The tools of this turn, in place of the engine's.
+    pub tools: Option<ToolRegistry>,
+    /// Tools the client runs: shown to the model (over a server tool of
+    /// the same name); their calls wait for the client's result.
+    pub client_tools: Vec<ToolSpec>,
+    /// Server tools whose calls wait for a person's approval.
+    pub require_approval: HashSet<String>,
+    /// The client that started the turn, told to tools.
+    pub client_id: Option<String>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    pub run_id: RunId,
+    pub conversation_id: ConversationId,
+    pub reason: StopReason,
+    pub error: Option<String>,
+    /// The final assistant message, on `end_turn`.
+    pub final_message: Option<Message>,
+    pub usage: Usage,
+    pub cost: Option<f64>,
+}
+
+/// Control of a running turn, shared with its task.
+#[derive(Debug)]
+pub(crate) struct ActiveTurn {
+    pub(crate) run_id: RunId,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) interjections: VecDeque<String>,
+}
+
+/// How a turn begins.
+pub(crate) enum Start {
+    /// With a new user message (its parent set).
+    User(Message),
+    /// From an existing message (regeneration).
+    From(MessageId),
+    /// Going on after a pause: the answers to its waiting calls, then
+    /// (optionally) a new user message.
+    Resume {
+        pending: PendingApproval,
+        decisions: HashMap<ToolCallId, Decision>,
+        then: Option<String>,
+    },
+    /// Ending a pause without going on: its calls are answered as not run
+    /// and the turn stops as cancelled.
+    Abandon {
+        pending: PendingApproval,
+        reason: String,
+    },
+}
+
+/// Why the loop stops early.
+struct Stop {
+    reason: StopReason,
+    error: Option<String>,
+}
+
+impl Stop {
+    /// The engine stopped (SIGTERM or Ctrl-C) before the turn ended.
+    fn shutdown() -> Self {
+        Stop::new(
+            StopReason::Interrupted,
+            "interrupted by shutdown: toolwire stopped before the turn ended; \
+             what was stored is kept, send a message to go on",
+        )
+    }
+
+    fn paused() -> Self {
+        Stop {
+            reason: StopReason::RequiresApproval,
+            error: None,
+        }
+    }
+}
+
+impl Stop {
+    fn new(reason: StopReason, error: impl Into<String>) -> Self {
+        Stop {
+            reason,
+            error: Some(error.into()),
+        }
+    }
+}
+
+impl From<toolwire_store::StoreError> for Stop {
+    fn from(e: toolwire_store::StoreError) -> Self {
+        Stop::new(StopReason::Error, format!("store: {e}"))
+    }
+}
+
+/// What a turn uses of the engine.
+pub(crate) struct Context<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) provider: &'a dyn Provider,
+    /// The engine's tools, unless the turn's options name others.
+    pub(crate) tools: &'a ToolRegistry,
+    pub(crate) config: &'a EngineConfig,
+    pub(crate) bus: &'a EventBus,
+    pub(crate) notifications: &'a Hub,
+    /// The running turns, for this turn's interjections.
+    pub(crate) active: &'a Mutex<HashMap<ConversationId, ActiveTurn>>,
+    /// The owner of the runs this engine starts.
+    pub(crate) instance: InstanceId,
+    /// Given to every tool call.
+    pub(crate) notifier: &'a Notifier,
+    pub(crate) stopping: &'a Stopping,
+}
+
+struct Turn<'a> {
+    cx: &'a Context<'a>,
+    conversation: ConversationId,
+    run_id: RunId,
+    cancel: CancellationToken,
+    /// The newest stored node of this turn.
+    leaf: MessageId,
+    usage: Usage,
+    cost: Option<f64>,
+    /// Which of the conversation's turns this is (for scripted models).
+    turn_index: Option<usize>,
+    /// Model calls made before this run (a run that goes on after a pause
+    /// continues the paused run's count).
+    iterations_before: u32,
+    options: TurnOptions,
+    /// Told once the turn's first step is stored (or cannot be).
+    begun: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// Runs a turn to its end: stores how it ended and publishes it, whether
+/// it ended, stopped, failed or panicked.
+pub(crate) async fn run(
+    cx: &Context<'_>,
+    conversation: ConversationId,
+    run_id: RunId,
+    start: Start,
+    cancel: CancellationToken,
+    options: TurnOptions,
+    begun: oneshot::Sender<Result<(), String>>,
+) -> TurnOutcome {
+    let mut turn = Turn {
+        cx,
+        conversation,
+        run_id,
+        cancel,
+        leaf: MessageId::new(),
+        usage: Usage::default(),
+        cost: None,
+        turn_index: None,
+        iterations_before: 0,
+        options,
+        begun: Some(begun),
+    };
+    // The turn's state is dropped with it; only the store is read after.
+    let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => {
+            tracing::error!(%conversation, run = %run_id, panic = %panic_text(payload.as_ref()), "a turn panicked; it ends with an error");
+            // What it had counted goes with it, as with a task that died.
+            (turn.usage, turn.cost) = (Usage::default(), None);
+            Err(Stop::new(StopReason::Error, PANICKED))
+        }
+    };
+    if let (Some(begun), Err(stop)) = (turn.begun.take(), &result) {
+        let _ = begun.send(Err(stop
+            .error
+            .clone()
+            .unwrap_or_else(|| stop.reason.as_str().to_owned())));
+    }
+    let (reason, error, final_message) = match result {
+        Ok(final_message) => (StopReason::EndTurn, None, Some(final_message)),
+        Err(stop) => (stop.reason, stop.error, None),
+    };
+    match (&error, reason) {
+        (Some(e), StopReason::Error | StopReason::LlmApiError) => {
+            tracing::warn!(%conversation, run = %run_id, reason = reason.as_str(), error = %e, "turn failed");
+        }
+        (Some(e), _) => {
+            tracing::info!(%conversation, run = %run_id, reason = reason.as_str(), detail = %e, "turn stopped");
+        }
+        (None, _) => {}
+    }
+    if let Err(e) = cx.store.finish_run(run_id, reason, error.as_deref()).await {
+        tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
+    }
+    let stopped = AgentEvent::Stopped {
+        run_id,
+        reason,
+        error: error.clone(),
+    };
+    if let Err(e) = cx.bus.emit(conversation, stopped).await {
+        tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
+    }
+    TurnOutcome {
+        run_id,
+        conversation_id: conversation,
+        reason,
+        error,
+        final_message,
+        usage: turn.usage,
+        cost: turn.cost,
+    }
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+impl Turn<'_> {
+    async fn run(&mut self, start: Start) -> Result<Message, Stop> {
+        self.cx
+            .store
+            .start_run(self.run_id, self.conversation, self.cx.instance)
+            .await?;
+        let mut resumed = None;
+        match start {
+            Start::Resume {
+                pending,
+                decisions,
+                then,
+            } => {
+                resumed = Some(self.resume(pending, decisions, then).await?);
+                self.begin();
+            }
+            Start::Abandon { pending, reason } => {
+                self.begin();
+                self.abandon(pending, &reason).await?;
+                return Err(Stop::new(StopReason::Cancelled, reason));
+            }
+            Start::User(mut user) => {
+                self.leaf = user.id;
+                // What waited since the last turn comes with its message.
+                let (injected, batch) = self.take_notifications(&mut user).unzip();
+                if user.content.is_empty() {
+                    user.content.push(ContentBlock::Text {
+                        text: "(woken by a notification)".into(),
+                    });
+                }
+                let mut events = vec![AgentEvent::TurnStarted {
+                    run_id: self.run_id,
+                    conversation_id: self.conversation,
+                    message: user.clone(),
+                }];
+                events.extend(injected);
+                self.store_carrying(&user, events, batch).await?;
+                self.begin();
+            }
+            Start::From(id) => {
+                self.leaf = id;
+                self.cx.store.set_active_leaf(self.conversation, id).await?;
+                self.begin();
+            }
+        }
+        if let Some((calls, then)) = resumed {
+            let path = self.cx.store.path_to(self.leaf).await?;
+            self.run_tools(self.iterations_before, calls, path).await?;
+            // Stored even when the turn stops here: the client was told
+            // its message was taken.
+            if let Some(text) = then {
+                let user = user_message(self.conversation, self.leaf, &text);
+                let event = AgentEvent::UserInterjection {
+                    run_id: self.run_id,
+                    message: user.clone(),
+                };
+                self.cx.bus.store_message(&user, vec![event]).await?;
+                self.leaf = user.id;
+            }
+            if self.stopped() {
+                return Err(self.cancelled());
+            }
+        }
+        let max_steps = self.options.max_steps.unwrap_or(self.cx.config.max_steps);
+        for step in 1..=max_steps {
+            let iteration = self.iterations_before + step;
+            let (assistant, calls, path) = self.model_step(iteration).await?;
+            if calls.is_empty() {
+                return Ok(assistant);
+            }
+            if calls.iter().any(|c| c.gate.is_some()) {
+                self.pause(assistant.id, iteration, calls).await?;
+                return Err(Stop::paused());
+            }
+            let calls = calls.into_iter().map(PendingCall::from_gated).collect();
+            self.run_tools(iteration, calls, path).await?;
+            if self.stopped() {
+                return Err(self.cancelled());
+            }
+        }
+        Err(Stop::new(
+            StopReason::MaxSteps,
+            format!("stopped after {max_steps} model calls (max_steps)"),
+        ))
+    }
+
+    /// Tells the front door that the turn's first step is stored.
+    fn begin(&mut self) {
+        if let Some(begun) = self.begun.take() {
+            let _ = begun.send(Ok(()));
+        }
+    }
+
+    /// Whether the turn is to stop at this step's end: cancelled by the
+    /// user, or the engine is shutting down.
+    fn stopped(&self) -> bool {
+        self.cancel.is_cancelled() || self.cx.stopping.is_stopping()
+    }
+
+    /// Why a cancelled turn stopped.
+    fn cancelled(&self) -> Stop {
+        if self.cx.stopping.is_stopping() {
+            Stop::shutdown()
+        } else {
+            Stop::new(StopReason::Cancelled, "cancelled by the user")
+        }
+    }
+
+    async fn emit(&self, event: AgentEvent) -> Result<(), Stop> {
+        self.cx.bus.emit(self.conversation, event).await?;
+        Ok(())
+    }
+}

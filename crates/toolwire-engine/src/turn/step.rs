@@ -1,0 +1,277 @@
+//! The model step: one model call, streamed out as it comes, and the
+//! assistant message it becomes.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
+use toolwire_core::{
+    AgentEvent, GatedCall, Message, MessageId, MessageStatus, Role, StopReason, ToolCallId,
+};
+use toolwire_providers::{ModelRequest, ToolFormat, xml_format};
+use toolwire_stream::StreamEvent;
+use toolwire_tools::ToolSpec;
+
+use super::assemble::StepState;
+use super::{Stop, Turn};
+use crate::notify::{InjectionMode, NOTIFICATION_TOOL};
+
+impl Turn<'_> {
+    /// One model call: streams its events out (each batch that the
+    /// provider has ready is stored in one transaction), then stores the
+    /// message with what it leads to: its tool calls, or the final answer.
+    /// Returns the message, its calls and the path ending with it.
+    pub(super) async fn model_step(
+        &mut self,
+        iteration: u32,
+    ) -> Result<(Message, Vec<GatedCall>, Vec<Message>), Stop> {
+        let mut path = self.cx.store.path_to(self.leaf).await?;
+        if self.turn_index.is_none() {
+            self.turn_index = Some(
+                path.iter()
+                    .filter(|m| m.role == Role::User)
+                    .count()
+                    .saturating_sub(1),
+            );
+        }
+        let request = self.request(&path, iteration);
+        let started = Instant::now();
+        let stream = tokio::select! {
+            s = self.cx.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
+            _ = self.cancel.cancelled() => return Err(self.cancelled()),
+        };
+        let mut step = StepState::new(self.cx.config.tool_format);
+        let mut failure: Option<Stop> = None;
+        // Named now, so that clients can tie the streamed pieces to the
+        // message they become; announced with the first batch (no write
+        // of its own).
+        let message_id = MessageId::new();
+        let mut step_started = Some(AgentEvent::StepStarted {
+            run_id: self.run_id,
+            message_id,
+            iteration,
+        });
+        let mut batches = stream.ready_chunks(256);
+        while failure.is_none() {
+            let batch = tokio::select! {
+                batch = batches.next() => batch,
+                _ = self.cancel.cancelled() => {
+                    failure = Some(self.cancelled());
+                    break;
+                }
+            };
+            let Some(batch) = batch else { break };
+            let mut publish: Vec<AgentEvent> = step_started.take().into_iter().collect();
+            for item in batch {
+                match item {
+                    Ok(event) => {
+                        if let Err(over) = step.admit(&event, self.cx.config) {
+                            failure = Some(Stop::new(StopReason::LlmApiError, over));
+                            break;
+                        }
+                        for e in step.accept(event) {
+                            match self.translate(e) {
+                                Ok(Some(agent_event)) => publish.push(agent_event),
+                                Ok(None) => {}
+                                Err(stop) => failure = failure.or(Some(stop)),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        failure =
+                            failure.or(Some(Stop::new(StopReason::LlmApiError, e.to_string())))
+                    }
+                }
+                if failure.is_some() {
+                    break;
+                }
+            }
+            self.cx.bus.emit_all(self.conversation, publish).await?;
+        }
+        if failure.is_none() {
+            let publish: Vec<AgentEvent> = step_started
+                .take()
+                .into_iter()
+                .chain(
+                    step.finish()
+                        .into_iter()
+                        .filter_map(|e| self.translate(e).ok().flatten()),
+                )
+                .collect();
+            self.cx.bus.emit_all(self.conversation, publish).await?;
+        }
+        let model = self.cx.provider.model().to_owned();
+        let mut message = Message::new(
+            self.conversation,
+            Some(self.leaf),
+            Role::Assistant,
+            step.content(failure.is_none()),
+        );
+        message.id = message_id;
+        message.model = Some(model.clone());
+        message.duration_ms = Some(started.elapsed().as_millis() as u64);
+        if let Some(usage) = step.usage {
+            message.usage = Some(usage);
+            message.cost = self.cx.config.prices.cost(&model, &usage);
+            self.usage += usage;
+            if let Some(c) = message.cost {
+                self.cost = Some(self.cost.unwrap_or(0.0) + c);
+            }
+        }
+        if failure.is_some() {
+            // Keep what was received; its calls are not run.
+            message.status = MessageStatus::Interrupted;
+        }
+        let calls: Vec<GatedCall> = if failure.is_none() {
+            step.calls()
+                .into_iter()
+                .map(|mut c| {
+                    c.gate = c
+                        .invalid
+                        .is_none()
+                        .then(|| self.gate(&c.call.name))
+                        .flatten();
+                    c
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !message.content.is_empty() || failure.is_none() {
+            let run_id = self.run_id;
+            let mut events = vec![AgentEvent::AssistantMessageCreated {
+                run_id,
+                message: message.clone(),
+            }];
+            if failure.is_none() {
+                events.push(if calls.is_empty() {
+                    AgentEvent::FinalResponse {
+                        run_id,
+                        message_id: message.id,
+                        usage: self.usage,
+                        cost: self.cost,
+                    }
+                } else if calls.iter().any(|c| c.gate.is_some()) {
+                    AgentEvent::ApprovalRequested {
+                        run_id,
+                        message_id: message.id,
+                        calls: calls.clone(),
+                    }
+                } else {
+                    AgentEvent::ToolCallsGenerated {
+                        run_id,
+                        message_id: message.id,
+                        calls: calls.iter().map(|c| c.call.clone()).collect(),
+                    }
+                });
+            }
+            self.cx.bus.store_message(&message, events).await?;
+            self.leaf = message.id;
+        }
+        if let Some(stop) = failure {
+            return Err(stop);
+        }
+        path.push(message.clone());
+        Ok((message, calls, path))
+    }
+
+    pub(super) fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
+        let mut system = path.first().map(Message::text).unwrap_or_default();
+        let rest = path.get(1..).unwrap_or_default();
+        let mut tools = self.specs();
+        let notifications = &self.cx.config.notifications;
+        if notifications.enabled {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(SYSTEM_PROMPT_ADDITION);
+            if notifications.mode == InjectionMode::SyntheticTool {
+                tools.push(ToolSpec {
+                    name: NOTIFICATION_TOOL.into(),
+                    server: None,
+                    description: "Delivers notifications to you. Never call this tool yourself: \
+                                  toolwire calls it when something happens while you work."
+                        .into(),
+                    parameters: serde_json::json!({"type": "object", "properties": {}}),
+                    read_only: true,
+                });
+            }
+        }
+        match self.cx.config.tool_format {
+            ToolFormat::Native => ModelRequest {
+                system,
+                messages: rest.to_vec(),
+                tools,
+                turn: self.turn_index.unwrap_or(0),
+                iteration,
+            },
+            ToolFormat::Xml => ModelRequest {
+                system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
+                messages: xml_format::as_text_protocol(rest),
+                tools: Vec::new(),
+                turn: self.turn_index.unwrap_or(0),
+                iteration,
+            },
+        }
+    }
+
+    /// What a stream event means to clients: an event to publish, nothing
+    /// (recorded by the step, published with the stored message), or the
+    /// end of the step (a provider error).
+    pub(super) fn translate(&self, event: StreamEvent) -> Result<Option<AgentEvent>, Stop> {
+        let run_id = self.run_id;
+        let agent_event = match event {
+            StreamEvent::TextDelta { text } => AgentEvent::TextDelta { run_id, text },
+            StreamEvent::ReasoningDelta { text } => AgentEvent::ReasoningDelta { run_id, text },
+            StreamEvent::ToolCallStarted {
+                call_id,
+                name,
+                server,
+            } => AgentEvent::ToolCallStarted {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                name,
+                server,
+            },
+            StreamEvent::ArgumentsDelta { call_id, fragment } => AgentEvent::ArgumentsDelta {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                fragment,
+            },
+            StreamEvent::ArgumentField {
+                call_id,
+                key,
+                value,
+            } => AgentEvent::ArgumentField {
+                run_id,
+                call_id: ToolCallId(call_id.to_string()),
+                key: key.to_string(),
+                value,
+            },
+            StreamEvent::ProviderError { message } => {
+                return Err(Stop::new(
+                    StopReason::LlmApiError,
+                    format!("the provider reported: {message}"),
+                ));
+            }
+            StreamEvent::ParseError { message } => {
+                tracing::warn!(conversation = %self.conversation, %message, "undecodable model output");
+                return Ok(None);
+            }
+            StreamEvent::LimitExceeded { message } => {
+                return Err(Stop::new(
+                    StopReason::LlmApiError,
+                    format!("the model's output went over a decoder limit: {message}"),
+                ));
+            }
+            // Recorded by the step; published with the stored message.
+            StreamEvent::ToolCallOpened { .. }
+            | StreamEvent::ArgumentFieldDelta { .. }
+            | StreamEvent::ToolCallReady { .. }
+            | StreamEvent::ToolCallFailed { .. }
+            | StreamEvent::Usage(_)
+            | StreamEvent::Finished { .. } => return Ok(None),
+        };
+        Ok(Some(agent_event))
+    }
+}

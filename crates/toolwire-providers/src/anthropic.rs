@@ -1,0 +1,138 @@
+//! Anthropic messages, streaming.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use toolwire_core::{Message, Role};
+use toolwire_stream::AnthropicDecoder;
+
+use crate::history::{Group, grouped, plain_text};
+use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::{EventStream, ModelRequest, Provider, ProviderError};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+const API_VERSION: &str = "2023-06-01";
+
+/// The Anthropic messages endpoint.
+#[derive(Debug, Clone)]
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    settings: HttpSettings,
+    model: String,
+    native_tools: bool,
+}
+
+impl AnthropicProvider {
+    pub fn new(settings: HttpSettings, model: impl Into<String>, native_tools: bool) -> Self {
+        AnthropicProvider {
+            client: reqwest::Client::new(),
+            settings,
+            model: model.into(),
+            native_tools,
+        }
+    }
+
+    /// The JSON body for `request`.
+    pub fn body(&self, request: &ModelRequest) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "max_tokens": self.settings.max_tokens,
+            "stream": true,
+            "messages": messages(&request.messages),
+        });
+        if !request.system.is_empty() {
+            body["system"] = json!(request.system);
+        }
+        if self.native_tools && !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl Provider for AnthropicProvider {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
+        let url = endpoint(&self.settings.base_url, "v1/messages");
+        let body = self.body(request);
+        post_stream(
+            &url,
+            || {
+                let mut req = self
+                    .client
+                    .post(&url)
+                    .header("anthropic-version", API_VERSION);
+                if let Some(key) = &self.settings.api_key {
+                    req = req.header("x-api-key", key);
+                }
+                for (k, v) in &self.settings.headers {
+                    req = req.header(k, v);
+                }
+                req
+            },
+            &body,
+            self.settings.retry,
+            self.settings.limits,
+            Box::new(AnthropicDecoder::new()),
+        )
+        .await
+    }
+}
+
+/// The conversation as Anthropic messages. Roles must alternate, so tool
+/// results and a user message that follows them share one user message.
+pub fn messages(path: &[Message]) -> Vec<Value> {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        match out.last_mut() {
+            Some((last, content)) if *last == role => content.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    };
+    for group in grouped(path) {
+        match group {
+            Group::Message(m) => match m.role {
+                Role::User | Role::System => {
+                    let text = plain_text(m);
+                    if !text.is_empty() {
+                        push("user", vec![json!({"type": "text", "text": text})]);
+                    }
+                }
+                Role::Assistant => {
+                    let mut blocks = Vec::new();
+                    let text = m.text();
+                    if !text.is_empty() {
+                        blocks.push(json!({"type": "text", "text": text}));
+                    }
+                    for (id, _, name, args) in m.tool_uses() {
+                        blocks.push(json!({"type": "tool_use", "id": id.0, "name": name, "input": args}));
+                    }
+                    push("assistant", blocks);
+                }
+                Role::Tool => {}
+            },
+            Group::Results(results) => push(
+                "user",
+                results
+                    .into_iter()
+                    .map(|(id, content, is_error)| {
+                        json!({"type": "tool_result", "tool_use_id": id.0, "content": content, "is_error": is_error})
+                    })
+                    .collect(),
+            ),
+        }
+    }
+    out.into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}

@@ -1,0 +1,217 @@
+//! A conversation path as every provider shows it to a model: tool results
+//! grouped after their assistant message in the order of its calls (they
+//! are stored in the order the tools finished), and the text a message
+//! carries, notifications included.
+
+use toolwire_core::{ContentBlock, Message, Role, ToolCallId, format_block};
+
+use toolwire_core::NOT_RUN_AFTER_STOP;
+
+/// A path element as providers send it.
+pub enum Group<'a> {
+    Message(&'a Message),
+    /// The results following an assistant message: (call id, content,
+    /// is_error), in the order of the calls.
+    Results(Vec<(ToolCallId, String, bool)>),
+}
+
+/// Groups consecutive tool messages and orders their results by call. A
+/// call that no result answers (a crash cut it, and recovery has not
+/// answered it yet) is sent with a "not run" result in its place: APIs
+/// refuse a request holding an unanswered call, so one must never go out.
+pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
+    let mut out = Vec::new();
+    let mut call_order: Vec<ToolCallId> = Vec::new();
+    let mut i = 0;
+    while i < path.len() {
+        let m = &path[i];
+        if m.role != Role::Tool {
+            close_open_calls(&mut out, &mut call_order, Vec::new());
+            if m.role == Role::Assistant {
+                call_order = m.tool_uses().map(|(id, ..)| id.clone()).collect();
+            }
+            out.push(Group::Message(m));
+            i += 1;
+            continue;
+        }
+        let mut results = Vec::new();
+        while i < path.len() && path[i].role == Role::Tool {
+            // Notifications delivered with a result: the model reads them
+            // after the tool's own output.
+            let notifications = format_block(&path[i].content);
+            for block in &path[i].content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } = block
+                {
+                    let content = match &notifications {
+                        Some(block) if content.is_empty() => block.clone(),
+                        Some(block) => format!("{content}\n\n{block}"),
+                        None => content.clone(),
+                    };
+                    results.push((tool_use_id.clone(), content, *is_error));
+                }
+            }
+            i += 1;
+        }
+        close_open_calls(&mut out, &mut call_order, results);
+    }
+    close_open_calls(&mut out, &mut call_order, Vec::new());
+    out
+}
+
+/// Pushes `results` (with a "not run" result for each call of
+/// `call_order` they leave open), ordered by call; nothing when there are
+/// neither results nor open calls. Clears `call_order`: the calls are
+/// answered.
+fn close_open_calls(
+    out: &mut Vec<Group<'_>>,
+    call_order: &mut Vec<ToolCallId>,
+    mut results: Vec<(ToolCallId, String, bool)>,
+) {
+    for id in call_order.iter() {
+        if !results.iter().any(|(answered, ..)| answered == id) {
+            tracing::warn!(call = %id.0, "a tool call without a result is sent as not run");
+            results.push((id.clone(), NOT_RUN_AFTER_STOP.to_owned(), true));
+        }
+    }
+    if results.is_empty() {
+        return;
+    }
+    results.sort_by_key(|(id, ..)| {
+        call_order
+            .iter()
+            .position(|c| c == id)
+            .unwrap_or(usize::MAX)
+    });
+    call_order.clear();
+    out.push(Group::Results(results));
+}
+
+/// Text and notifications of a message, as the model reads them: the
+/// text, then the notifications' block.
+pub(crate) fn plain_text(m: &Message) -> String {
+    let mut s = String::new();
+    for block in &m.content {
+        if let ContentBlock::Text { text } = block {
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            s.push_str(text);
+        }
+    }
+    if let Some(block) = format_block(&m.content) {
+        if !s.is_empty() {
+            s.push_str("\n\n");
+        }
+        s.push_str(&block);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolwire_core::{ConversationId, MessageId};
+
+    use super::*;
+
+    fn message(role: Role, parent: Option<MessageId>, content: Vec<ContentBlock>) -> Message {
+        Message::new(ConversationId::new(), parent, role, content)
+    }
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: ToolCallId(id.into()),
+            server: None,
+            name: "run_command".into(),
+            arguments: json!({}),
+        }
+    }
+
+    fn result(id: &str) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: ToolCallId(id.into()),
+            content: format!("{id} done"),
+            is_error: false,
+        }
+    }
+
+    fn results(groups: &[Group<'_>]) -> Vec<Vec<(String, String)>> {
+        groups
+            .iter()
+            .filter_map(|g| match g {
+                Group::Results(r) => Some(
+                    r.iter()
+                        .map(|(id, content, _)| (id.0.clone(), content.clone()))
+                        .collect(),
+                ),
+                Group::Message(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_left_open_is_sent_with_a_not_run_result() {
+        let user = message(
+            Role::User,
+            None,
+            vec![ContentBlock::Text { text: "go".into() }],
+        );
+        let asked = message(Role::Assistant, Some(user.id), vec![call("a"), call("b")]);
+        let a = message(Role::Tool, Some(asked.id), vec![result("a")]);
+        let next = message(
+            Role::User,
+            Some(a.id),
+            vec![ContentBlock::Text {
+                text: "again".into(),
+            }],
+        );
+        let path = vec![user, asked, a, next];
+        let groups = grouped(&path);
+        assert_eq!(
+            results(&groups),
+            vec![vec![
+                ("a".to_owned(), "a done".to_owned()),
+                ("b".to_owned(), NOT_RUN_AFTER_STOP.to_owned())
+            ]]
+        );
+        // Results come right after the calls, before the next user message.
+        assert!(matches!(groups[2], Group::Results(_)));
+        assert!(matches!(groups[3], Group::Message(m) if m.role == Role::User));
+    }
+
+    #[test]
+    fn calls_with_no_result_at_all_are_answered_before_what_follows() {
+        let asked = message(Role::Assistant, None, vec![call("x")]);
+        let next = message(
+            Role::User,
+            Some(asked.id),
+            vec![ContentBlock::Text { text: "hi".into() }],
+        );
+        let path = vec![asked, next];
+        let groups = grouped(&path);
+        assert_eq!(
+            results(&groups),
+            vec![vec![("x".to_owned(), NOT_RUN_AFTER_STOP.to_owned())]]
+        );
+        assert!(matches!(groups[1], Group::Results(_)));
+    }
+
+    #[test]
+    fn answered_calls_are_left_as_they_are() {
+        let asked = message(Role::Assistant, None, vec![call("a"), call("b")]);
+        let b = message(Role::Tool, Some(asked.id), vec![result("b")]);
+        let a = message(Role::Tool, Some(b.id), vec![result("a")]);
+        let path = vec![asked, b, a];
+        assert_eq!(
+            results(&grouped(&path)),
+            vec![vec![
+                ("a".to_owned(), "a done".to_owned()),
+                ("b".to_owned(), "b done".to_owned())
+            ]]
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp server,
+//! Ollama, DeepSeek, Groq, …), streaming.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use toolwire_core::{Message, Role};
+use toolwire_stream::OpenAiChatDecoder;
+
+use crate::history::{Group, grouped, plain_text};
+use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::{EventStream, ModelRequest, Provider, ProviderError};
+use toolwire_core::ToolSpec;
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// A chat completions endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    settings: HttpSettings,
+    model: String,
+    /// Send tool definitions (false with the XML tool format).
+    native_tools: bool,
+}
+
+impl OpenAiProvider {
+    pub fn new(settings: HttpSettings, model: impl Into<String>, native_tools: bool) -> Self {
+        OpenAiProvider {
+            client: reqwest::Client::new(),
+            settings,
+            model: model.into(),
+            native_tools,
+        }
+    }
+
+    /// The JSON body for `request`.
+    pub fn body(&self, request: &ModelRequest) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": messages(&request.system, &request.messages),
+        });
+        body[self.max_tokens_field()] = json!(self.settings.max_tokens);
+        if self.native_tools && !request.tools.is_empty() {
+            body["tools"] = request.tools.iter().map(tool).collect();
+        }
+        body
+    }
+
+    /// OpenAI's own API (and Azure's) refuse `max_tokens` for reasoning
+    /// models and want `max_completion_tokens`; the servers that speak its
+    /// wire format (vLLM, llama.cpp, Ollama, Groq, DeepSeek, LM Studio…)
+    /// all read `max_tokens`, and not all know the newer name.
+    fn max_tokens_field(&self) -> &'static str {
+        let host = reqwest::Url::parse(&self.settings.base_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+            .unwrap_or_default();
+        if host == "api.openai.com" || host.ends_with(".openai.azure.com") {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
+        let url = endpoint(&self.settings.base_url, "chat/completions");
+        let body = self.body(request);
+        post_stream(
+            &url,
+            || {
+                let mut req = self.client.post(&url);
+                if let Some(key) = &self.settings.api_key {
+                    req = req.bearer_auth(key);
+                }
+                for (k, v) in &self.settings.headers {
+                    req = req.header(k, v);
+                }
+                req
+            },
+            &body,
+            self.settings.retry,
+            self.settings.limits,
+            Box::new(OpenAiChatDecoder::new()),
+        )
+        .await
+    }
+}
+
+fn tool(spec: &ToolSpec) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        }
+    })
+}
+
+/// The conversation as chat messages: tool results become `tool` messages
+/// in the order of the calls they answer.
+pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
+    let mut out = Vec::new();
+    if !system.is_empty() {
+        out.push(json!({"role": "system", "content": system}));
+    }
+    for group in grouped(path) {
+        match group {
+            Group::Message(m) => match m.role {
+                Role::System | Role::User => out.push(json!({
+                    "role": if m.role == Role::User { "user" } else { "system" },
+                    "content": plain_text(m),
+                })),
+                Role::Assistant => {
+                    let mut msg = json!({"role": "assistant", "content": m.text()});
+                    let calls: Vec<Value> = m
+                        .tool_uses()
+                        .map(|(id, _, name, args)| {
+                            json!({
+                                "id": id.0,
+                                "type": "function",
+                                "function": {"name": name, "arguments": args.to_string()},
+                            })
+                        })
+                        .collect();
+                    if !calls.is_empty() {
+                        msg["tool_calls"] = Value::Array(calls);
+                    }
+                    out.push(msg);
+                }
+                Role::Tool => {}
+            },
+            Group::Results(results) => {
+                for (id, content, _) in results {
+                    out.push(json!({"role": "tool", "tool_call_id": id.0, "content": content}));
+                }
+            }
+        }
+    }
+    out
+}
