@@ -6,17 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use support::*;
 use toolwire_core::{ContentBlock, Message, MessageStatus, Role, StopReason};
-use toolwire_engine::provider::{Script, ScriptedProvider};
 use toolwire_engine::{Engine, EngineConfig, EngineError, Interjection};
-
-fn script(yaml: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
-}
 
 async fn active_path(engine: &Engine, conversation: toolwire_core::ConversationId) -> Vec<Message> {
     let conv = engine.store().conversation(conversation).await.unwrap();
