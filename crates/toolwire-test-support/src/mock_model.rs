@@ -53,26 +53,7 @@ impl Reply {
 }
 
 /// A request the mock received.
-#[derive(Clone, Debug)]
-pub struct Received {
-    /// The request target: path and query.
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Value,
-    /// When its head arrived: the gaps between requests show the client's
-    /// backoff without timing the whole test.
-    pub at: Instant,
-}
-
-impl Received {
-    /// The value of header `name` (any case).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub type Received = Request;
 
 /// A model server on 127.0.0.1 that answers with `replies` in order (the
 /// last one repeats).
@@ -116,10 +97,14 @@ pub struct Request {
     /// `GET`, `POST`, `DELETE`.
     pub verb: String,
     /// The request target: path and query.
-    pub target: String,
+    pub path: String,
+    /// Header lines as sent.
     pub headers: Vec<(String, String)>,
     /// The body as JSON (`null` if it is not JSON).
     pub body: Value,
+    /// When its head arrived: the gaps between requests show the client's
+    /// backoff without timing the whole test.
+    pub at: Instant,
 }
 
 impl Request {
@@ -146,12 +131,14 @@ impl Request {
 /// `None` if the client closed it first.
 pub async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Request>> {
     let mut buf = Vec::new();
+    let mut at = None;
     let head_end = loop {
         let mut chunk = [0u8; 4096];
         let n = socket.read(&mut chunk).await?;
         if n == 0 {
             return Ok(None);
         }
+        at.get_or_insert_with(Instant::now);
         buf.extend_from_slice(&chunk[..n]);
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break p + 4;
@@ -161,7 +148,7 @@ pub async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Requ
     let mut lines = head.split("\r\n");
     let mut start = lines.next().unwrap_or("").split(' ');
     let verb = start.next().unwrap_or("").to_owned();
-    let target = start.next().unwrap_or("").to_owned();
+    let path = start.next().unwrap_or("").to_owned();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
@@ -182,9 +169,10 @@ pub async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Requ
     let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
     Ok(Some(Request {
         verb,
-        target,
+        path,
         headers,
         body,
+        at: at.unwrap_or_else(Instant::now),
     }))
 }
 
@@ -196,12 +184,7 @@ async fn serve(
     let Some(request) = read_request(&mut socket).await? else {
         return Ok(());
     };
-    log.lock().unwrap().push(Received {
-        at: Instant::now(),
-        path: request.target,
-        headers: request.headers,
-        body: request.body,
-    });
+    log.lock().unwrap().push(request);
 
     match reply {
         Reply::Status {
