@@ -125,7 +125,14 @@ async fn words_interjected_into_a_stopping_turn_are_stored() {
         let engine = engine.clone();
         tokio::spawn(async move { engine.shutdown(Duration::from_secs(30)).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Interject once the shutdown has begun (the guard only fails a hang).
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !engine.is_stopping() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the shutdown began");
     assert!(matches!(
         engine
             .interject(conv.id, "wait, one more thing")
