@@ -295,3 +295,36 @@ async fn a_stream_cut_mid_call_keeps_the_text_and_stops_with_an_error() {
     assert!(types.contains(&"tool_call_started".to_string()));
     assert!(!types.contains(&"tool_execution_started".to_string()));
 }
+
+#[tokio::test]
+async fn anthropic_overloaded_is_retried_and_an_error_mid_stream_ends_the_step() {
+    let server = MockServer::start(vec![
+        faults::anthropic_overloaded(),
+        faults::anthropic_error_mid_stream("Half an ans"),
+        Reply::sse(anthropic_sse("Whole answer.", &[])),
+    ])
+    .await;
+    let provider = Arc::new(AnthropicProvider::new(
+        http(&server.url),
+        "claude-test",
+        true,
+    ));
+    let (engine, _dir) = engine(
+        provider,
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    // 529 before the first byte is retried; the error event after text is
+    // not (the answer had begun): the step ends naming it.
+    let outcome = engine.run(conv.id, "hi").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::LlmApiError);
+    let error = outcome.error.unwrap();
+    assert!(error.contains("Overloaded"), "{error}");
+    assert_eq!(server.received().len(), 2);
+    // The conversation takes the next message.
+    let next = engine.run(conv.id, "again").await.unwrap();
+    assert_eq!(next.reason, StopReason::EndTurn, "{:?}", next.error);
+    assert_eq!(next.final_message.unwrap().text(), "Whole answer.");
+}

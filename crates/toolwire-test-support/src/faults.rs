@@ -25,3 +25,28 @@ pub fn openai_server_error(code: u16) -> Reply {
         body: r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#.into(),
     }
 }
+
+/// Anthropic's overloaded answer (HTTP 529).
+pub fn anthropic_overloaded() -> Reply {
+    Reply::Status {
+        code: 529,
+        headers: Vec::new(),
+        body: r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            .into(),
+    }
+}
+
+/// An Anthropic stream that starts (HTTP 200, `message_start`, some text)
+/// and then reports an error as an SSE event, as the API does when it is
+/// overloaded mid-answer.
+pub fn anthropic_error_mid_stream(text_before: &str) -> Reply {
+    let mut body = crate::sse::anthropic_sse(text_before, &[]);
+    // Everything up to the end of the text block, then the error event in
+    // place of the message's end.
+    let cut = body.find("event: message_delta").unwrap_or(body.len());
+    body.truncate(cut);
+    body.push_str(
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    Reply::sse(body)
+}
