@@ -24,6 +24,9 @@
 //! **Entry points.** [`serve`] (any reader/writer pair), [`serve_stdio`],
 //! [`AcpError`].
 
+// Stdout is the protocol: one stray print corrupts the editor's stream.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod client_fs;
 mod convert;
 mod edits;

@@ -5,18 +5,15 @@
 //! the stored messages show the cut turn as interrupted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-// The engine's mock model server (real HTTP, OpenAI's wire format).
-#[path = "../../toolwire-engine/tests/support/mod.rs"]
-mod support;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Call, MockServer, Reply, openai_sse};
+// The mock model server (real HTTP, OpenAI's wire format).
 use tokio::io::AsyncBufReadExt;
 use toolwire_core::{ContentBlock, ConversationId, MessageStatus, Role};
+use toolwire_test_support::{Call, MockServer, Reply, openai_sse};
 
 const NOT_RUN: &str = "Not run: toolwire stopped before this call finished.";
 

@@ -204,11 +204,8 @@ async fn sigterm_refuses_new_turns_stores_running_ones_and_ends_their_streams() 
         .expect("the server did not exit within the grace and a margin")
         .unwrap();
     assert!(status.success(), "{status}");
-    assert!(
-        signalled.elapsed() < Duration::from_secs(GRACE_SECS + 5),
-        "exited {:?} after SIGTERM",
-        signalled.elapsed()
-    );
+    // A lower bound on a real timer cannot flake (the timeout above is the
+    // only upper bound, a hang guard).
     assert!(
         signalled.elapsed() >= Duration::from_secs(GRACE_SECS),
         "the turns were cut before the grace ended"

@@ -22,7 +22,9 @@ pub enum Gate {
 /// with the answered ones when the turn goes on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GatedCall {
+    /// The call as the model wrote it.
     pub call: ToolCall,
+    /// What it waits for; `None`: it needs no answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Gate>,
     /// Why the call cannot run (its arguments could not be read); it is
@@ -34,6 +36,7 @@ pub struct GatedCall {
 /// A turn paused for answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingApproval {
+    /// The conversation it belongs to.
     pub conversation_id: ConversationId,
     /// The run that paused.
     pub run_id: RunId,
@@ -44,6 +47,7 @@ pub struct PendingApproval {
     pub iteration: u32,
     /// Every call of that message, in order.
     pub calls: Vec<GatedCall>,
+    /// When it was created.
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -53,6 +57,7 @@ impl PendingApproval {
         self.calls.iter().filter(|c| c.gate.is_some())
     }
 
+    /// The ids of the calls that need an answer, in order.
     pub fn waiting_ids(&self) -> Vec<ToolCallId> {
         self.waiting().map(|c| c.call.id.clone()).collect()
     }
@@ -66,11 +71,17 @@ pub enum Decision {
     Approve,
     /// Do not run it; the model is told why.
     Deny {
+        /// Why, for the model (optional).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
     /// The client ran it: this is its result.
-    Result { content: String, is_error: bool },
+    Result {
+        /// The result's text, as the model reads it.
+        content: String,
+        /// Whether the tool failed (the content is then its error).
+        is_error: bool,
+    },
 }
 
 impl Decision {
@@ -88,8 +99,10 @@ impl Decision {
 /// A pause and how it was answered, kept for the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedApproval {
+    /// The pause that was answered.
     pub pending: PendingApproval,
     /// One per waiting call, in the calls' order.
     pub decisions: Vec<(ToolCallId, Decision)>,
+    /// When it was answered.
     pub resolved_at: chrono::DateTime<chrono::Utc>,
 }

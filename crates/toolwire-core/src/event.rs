@@ -31,6 +31,7 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The name it is stored and sent under.
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::EndTurn => "end_turn",
@@ -43,6 +44,7 @@ impl StopReason {
         }
     }
 
+    /// The reason named `s` (as [`StopReason::as_str`] gives), if any.
     pub fn parse(s: &str) -> Option<StopReason> {
         Some(match s {
             "end_turn" => StopReason::EndTurn,
@@ -60,7 +62,9 @@ impl StopReason {
 /// A place a tool touches, for editors to show.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
+    /// The file's path.
     pub path: String,
+    /// The line, counted from 1, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
 }
@@ -70,20 +74,33 @@ pub struct Location {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Progress {
     /// A short human status ("Running cargo test…").
-    Status { text: String },
+    Status {
+        /// The status.
+        text: String,
+    },
     /// Output appended to what the tool has shown so far.
-    Output { text: String },
+    Output {
+        /// The output, in order after what came before.
+        text: String,
+    },
     /// The places the tool works on.
-    Locations { locations: Vec<Location> },
+    Locations {
+        /// The places, most relevant first.
+        locations: Vec<Location>,
+    },
 }
 
 /// A tool call as the model wrote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id, as the model gave it.
     pub id: ToolCallId,
+    /// The MCP server the tool belongs to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// The tool's name.
     pub name: String,
+    /// The arguments, a JSON object.
     pub arguments: Value,
 }
 
@@ -94,111 +111,182 @@ pub struct ToolCall {
 pub enum AgentEvent {
     /// A turn began with this user message (already stored).
     TurnStarted {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The conversation the turn runs in.
         conversation_id: ConversationId,
+        /// The user message that started it.
         message: Message,
     },
     /// A model call begins; what it streams becomes message `message_id`.
     StepStarted {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
         /// 1 for the turn's first model call.
         iteration: u32,
     },
     /// Assistant prose as it streams.
-    TextDelta { run_id: RunId, text: String },
+    TextDelta {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// The next piece of prose.
+        text: String,
+    },
     /// Assistant reasoning as it streams.
-    ReasoningDelta { run_id: RunId, text: String },
+    ReasoningDelta {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// The next piece of reasoning.
+        text: String,
+    },
     /// The model has written a tool call's name (early, from the stream).
     ToolCallStarted {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// The tool's name.
         name: String,
+        /// The MCP server the tool belongs to, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         server: Option<String>,
     },
     /// Raw argument text of a call still being written.
     ArgumentsDelta {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// The next piece of the arguments' JSON source.
         fragment: String,
     },
     /// A top-level argument whose value is complete.
     ArgumentField {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// The argument's name.
         key: String,
+        /// Its complete value.
         value: Value,
     },
     /// The model finished a message; it is stored.
-    AssistantMessageCreated { run_id: RunId, message: Message },
+    AssistantMessageCreated {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// The stored assistant message.
+        message: Message,
+    },
     /// The calls of that message, about to run.
     ToolCallsGenerated {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
+        /// The calls, in the order the model wrote them.
         calls: Vec<ToolCall>,
     },
+    /// A tool call began to run.
     ToolExecutionStarted {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// The tool's name.
         name: String,
     },
+    /// A running tool reported progress.
     ToolExecutionProgress {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// What the tool reported.
         progress: Progress,
     },
     /// The tool finished; its result is stored as `message`.
     ToolExecutionCompleted {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// The stored result message.
         message: Message,
     },
     /// The tool failed; the error is stored as a result in `message`.
     ToolExecutionFailed {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The tool call it is about.
         call_id: ToolCallId,
+        /// What went wrong, as the model is told.
         error: String,
+        /// The stored result message carrying the error.
         message: Message,
     },
     /// The message's calls, some of which wait for answers (in place of
     /// `tool_calls_generated`); the turn stops with `requires_approval`
     /// next.
     ApprovalRequested {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
+        /// Every call of the message, in order, with the gate of those that wait.
         calls: Vec<GatedCall>,
     },
     /// The waiting calls were answered (or the pause was cleared by a
     /// cancel: then every decision is a denial).
     ApprovalResolved {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
+        /// The answer given to each waiting call.
         decisions: Vec<(ToolCallId, Decision)>,
     },
     /// Notifications were delivered with message `message_id` (a tool
     /// result, or a user message that starts a turn); `text` is the block
     /// the model reads.
     NotificationsInjected {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
+        /// The notifications, one per line of the block.
         notices: Vec<Notice>,
+        /// The block as the model reads it.
         text: String,
     },
     /// A user message sent while the turn ran.
-    UserInterjection { run_id: RunId, message: Message },
+    UserInterjection {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// The stored user message.
+        message: Message,
+    },
     /// The final answer of the turn, with the turn's totals.
     FinalResponse {
+        /// The turn this happened in.
         run_id: RunId,
+        /// The stored message it is about.
         message_id: MessageId,
+        /// Tokens of the whole turn.
         usage: Usage,
+        /// The turn's cost in US dollars, when the model is priced.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost: Option<f64>,
     },
     /// The turn ended.
     Stopped {
+        /// The turn this happened in.
         run_id: RunId,
+        /// Why it ended.
         reason: StopReason,
+        /// What went wrong, when the turn failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },

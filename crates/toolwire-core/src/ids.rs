@@ -11,7 +11,9 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{value}` is not a valid {kind} id (expected a UUID)")]
 pub struct InvalidId {
+    /// Which id it should have been (`conversation`, `message` …).
     pub kind: &'static str,
+    /// The string given.
     pub value: String,
 }
 

@@ -16,6 +16,9 @@
 //! **Entry points.** [`Message`], [`ContentBlock`], [`ConversationTree`],
 //! [`AgentEvent`], [`StopReason`], [`ToolCallTracker`], [`PriceTable`].
 
+// The domain types are the vocabulary of every crate above: each says what it is for.
+#![warn(missing_docs)]
+
 pub mod approval;
 pub mod event;
 pub mod ids;

@@ -12,13 +12,16 @@ use crate::ids::{ConversationId, MessageId, ToolCallId};
 pub enum Role {
     /// The system prompt. A conversation's root is its system message.
     System,
+    /// A person (or a client speaking for one).
     User,
+    /// The model.
     Assistant,
     /// Tool results.
     Tool,
 }
 
 impl Role {
+    /// The name it is stored and sent under.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -28,6 +31,7 @@ impl Role {
         }
     }
 
+    /// The role named `s`, if any.
     pub fn parse(s: &str) -> Option<Role> {
         Some(match s {
             "system" => Role::System,
@@ -45,9 +49,12 @@ impl Role {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
+    /// Can wait for a quiet moment.
     Low,
+    /// The default.
     #[default]
     Normal,
+    /// Worth telling the model at once.
     High,
 }
 
@@ -55,29 +62,46 @@ pub enum Priority {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
+    /// Plain text.
     Text {
+        /// The text.
         text: String,
     },
+    /// The model's reasoning, kept apart from its answer.
     Reasoning {
+        /// The reasoning text.
         text: String,
     },
+    /// A tool call the model made.
     ToolUse {
+        /// The call's id, as the model gave it.
         id: ToolCallId,
+        /// The MCP server the tool belongs to, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         server: Option<String>,
+        /// The tool's name.
         name: String,
+        /// The arguments, a JSON object.
         arguments: Value,
     },
+    /// The result of a tool call.
     ToolResult {
+        /// The call this answers.
         tool_use_id: ToolCallId,
+        /// The result's text, as the model reads it.
         content: String,
+        /// Whether the tool failed (the content is then its error).
         #[serde(default)]
         is_error: bool,
     },
+    /// A notification delivered to the model.
     Notification {
+        /// Who reported it (a watcher, a task, a client).
         source: String,
+        /// How urgent it is.
         #[serde(default)]
         priority: Priority,
+        /// The notification as the model reads it.
         text: String,
     },
 }
@@ -89,13 +113,16 @@ pub const NOT_RUN_AFTER_STOP: &str = "Not run: toolwire stopped before this call
 /// Token counts of one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the request (cached ones included).
     pub prompt_tokens: u64,
+    /// Tokens the model wrote.
     pub completion_tokens: u64,
     /// Prompt tokens served from the provider's cache.
     pub cached_tokens: u64,
 }
 
 impl Usage {
+    /// Prompt and completion tokens together.
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
@@ -113,6 +140,7 @@ impl std::ops::AddAssign for Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
+    /// Whole.
     #[default]
     Complete,
     /// The turn that wrote it stopped before it could finish (a crash, a
@@ -123,6 +151,7 @@ pub enum MessageStatus {
 }
 
 impl MessageStatus {
+    /// The name it is stored and sent under.
     pub fn as_str(self) -> &'static str {
         match self {
             MessageStatus::Complete => "complete",
@@ -131,6 +160,7 @@ impl MessageStatus {
         }
     }
 
+    /// The status named `s`, if any.
     pub fn parse(s: &str) -> Option<MessageStatus> {
         Some(match s {
             "complete" => MessageStatus::Complete,
@@ -144,12 +174,17 @@ impl MessageStatus {
 /// A node of a conversation tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// The message's id.
     pub id: MessageId,
+    /// The conversation it belongs to.
     pub conversation_id: ConversationId,
     /// `None` only for the conversation's root.
     pub parent_id: Option<MessageId>,
+    /// Who wrote it.
     pub role: Role,
+    /// What it says, block by block.
     pub content: Vec<ContentBlock>,
+    /// Tokens of the model call that wrote it (assistant messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// In US dollars, from the price table, when the model is priced.
@@ -161,8 +196,10 @@ pub struct Message {
     /// Wall time the message took to produce (model call or tool run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// Whether it is whole.
     #[serde(default)]
     pub status: MessageStatus,
+    /// When it was created.
     pub created_at: DateTime<Utc>,
 }
 

@@ -72,8 +72,11 @@ impl Default for NotifyConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileChange {
+    /// The file is new.
     Created,
+    /// The file's contents changed.
     Modified,
+    /// The file is gone.
     Removed,
 }
 
@@ -92,20 +95,28 @@ impl FileChange {
 pub enum Incoming {
     /// A sentence from a source ("cargo build finished (exit 0)").
     Text {
+        /// Who reported it (a watcher, a task, a client).
         source: String,
+        /// How urgent it is.
         priority: Priority,
+        /// The sentence.
         text: String,
     },
     /// A file changed (paths relative to the workspace).
     File {
+        /// Who reported it (a watcher, a task, a client).
         source: String,
+        /// How urgent it is.
         priority: Priority,
+        /// The path, relative to the workspace.
         path: String,
+        /// How it changed.
         change: FileChange,
     },
 }
 
 impl Incoming {
+    /// A sentence from `source`.
     pub fn text(source: impl Into<String>, priority: Priority, text: impl Into<String>) -> Self {
         Incoming::Text {
             source: source.into(),
@@ -114,6 +125,7 @@ impl Incoming {
         }
     }
 
+    /// A file change reported by `source`, of normal priority.
     pub fn file(source: impl Into<String>, path: impl Into<String>, change: FileChange) -> Self {
         Incoming::File {
             source: source.into(),
@@ -236,13 +248,17 @@ pub struct Batch {
 /// One line of a block, as stored on the tool result it went with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {
+    /// Who reported it (a watcher, a task, a client).
     pub source: String,
+    /// How urgent it is.
     #[serde(default)]
     pub priority: Priority,
+    /// The line the model reads.
     pub text: String,
 }
 
 impl NotificationQueue {
+    /// An empty queue with `config`'s limits.
     pub fn new(config: NotifyConfig) -> Self {
         NotificationQueue {
             config,
@@ -254,6 +270,7 @@ impl NotificationQueue {
         }
     }
 
+    /// The limits it was made with.
     pub fn config(&self) -> &NotifyConfig {
         &self.config
     }

@@ -9,7 +9,9 @@ use crate::message::Usage;
 /// US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Price {
+    /// Prompt tokens.
     pub input: f64,
+    /// Completion tokens.
     pub output: f64,
     /// Cached prompt tokens; `input` when not given.
     #[serde(default)]
@@ -23,6 +25,7 @@ pub struct Price {
 pub struct PriceTable(pub BTreeMap<String, Price>);
 
 impl PriceTable {
+    /// The price of `model`: its exact name, else the longest name it starts with.
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.0.get(model).or_else(|| {
             self.0

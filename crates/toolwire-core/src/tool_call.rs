@@ -34,14 +34,23 @@ use crate::ids::ToolCallId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolKind {
+    /// Reads files.
     Read,
+    /// Changes files.
     Edit,
+    /// Removes files.
     Delete,
+    /// Moves or renames files.
     Move,
+    /// Searches files or the web.
     Search,
+    /// Runs a command.
     Execute,
+    /// Plans or reasons, touching nothing.
     Think,
+    /// Fetches from the network.
     Fetch,
+    /// Anything else.
     #[default]
     Other,
 }
@@ -53,8 +62,11 @@ pub enum ToolCallStatus {
     /// Announced; not running yet (still streaming, or awaiting approval).
     #[default]
     Pending,
+    /// Running.
     InProgress,
+    /// Finished with a result.
     Completed,
+    /// Finished with an error.
     Failed,
 }
 
@@ -64,6 +76,7 @@ impl ToolCallStatus {
         matches!(self, ToolCallStatus::Completed | ToolCallStatus::Failed)
     }
 
+    /// The name it is sent under.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolCallStatus::Pending => "pending",
@@ -98,23 +111,30 @@ impl fmt::Display for ToolCallStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolCallContent {
+    /// Plain text.
     Text {
+        /// The text.
         text: String,
     },
     /// `old_text` is absent for a new file.
     Diff {
+        /// The file's path.
         path: String,
+        /// The text before the edit (absent for a new file).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         old_text: Option<String>,
+        /// The text after the edit.
         new_text: String,
     },
     /// Output shown live; its bytes come as [`TerminalOutput`].
     Terminal {
+        /// The terminal whose output the call shows.
         terminal_id: String,
     },
 }
 
 impl ToolCallContent {
+    /// A text item.
     pub fn text(text: impl Into<String>) -> Self {
         ToolCallContent::Text { text: text.into() }
     }
@@ -127,16 +147,24 @@ impl ToolCallContent {
 /// a patch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallState {
+    /// The call's id, as the model gave it.
     pub id: ToolCallId,
+    /// What the editor shows for the call.
     pub title: String,
+    /// What sort of work it does (for the editor's icon).
     pub kind: ToolKind,
+    /// Where it is in its life.
     pub status: ToolCallStatus,
+    /// What it shows: text, diffs, a terminal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<ToolCallContent>,
+    /// The places it touches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub locations: Vec<Location>,
+    /// Its arguments as the model wrote them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// Its result as the tool gave it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
 }
@@ -197,7 +225,9 @@ impl ToolCallState {
 /// that show appended output (see [`TrackerConfig::appended_output`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TerminalOutput {
+    /// The terminal the output belongs to.
     pub terminal_id: String,
+    /// The bytes appended, as text.
     pub data: String,
 }
 
@@ -206,15 +236,21 @@ pub struct TerminalOutput {
 /// `locations` included).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallPatch {
+    /// The call it updates.
     pub id: ToolCallId,
+    /// The new title.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// The new kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ToolKind>,
+    /// The new status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ToolCallStatus>,
+    /// The new content, whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<ToolCallContent>>,
+    /// The new locations, whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locations: Option<Vec<Location>>,
     /// `null` clears it.
@@ -263,36 +299,43 @@ impl ToolCallPatch {
         }
     }
 
+    /// Sets the title.
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into());
         self
     }
 
+    /// Sets the kind.
     pub fn kind(mut self, kind: ToolKind) -> Self {
         self.kind = Some(kind);
         self
     }
 
+    /// Sets the status.
     pub fn status(mut self, status: ToolCallStatus) -> Self {
         self.status = Some(status);
         self
     }
 
+    /// Replaces the content.
     pub fn content(mut self, content: Vec<ToolCallContent>) -> Self {
         self.content = Some(content);
         self
     }
 
+    /// Replaces the locations.
     pub fn locations(mut self, locations: Vec<Location>) -> Self {
         self.locations = Some(locations);
         self
     }
 
+    /// Sets the raw input.
     pub fn raw_input(mut self, raw_input: Value) -> Self {
         self.raw_input = Some(raw_input);
         self
     }
 
+    /// Sets the raw output.
     pub fn raw_output(mut self, raw_output: Value) -> Self {
         self.raw_output = Some(raw_output);
         self
@@ -341,24 +384,34 @@ impl ToolCallPatch {
 /// Why the tracker refused a call or an update.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrackerError {
+    /// The call was announced before.
     #[error("tool call `{0}` was already announced")]
     AlreadyAnnounced(ToolCallId),
+    /// An update of a call never announced.
     #[error("tool call `{0}` is unknown: announce it (the tool_call) before updating it")]
     Unknown(ToolCallId),
+    /// A status earlier than the one the call has.
     #[error("tool call `{id}` cannot go from {from} back to {to}")]
     StatusBackwards {
+        /// The call.
         id: ToolCallId,
+        /// The status it has.
         from: ToolCallStatus,
+        /// The earlier status it was asked to go back to.
         to: ToolCallStatus,
     },
+    /// An update after the call's final status.
     #[error("tool call `{id}` is already {status}; nothing may follow its final status")]
     Finished {
+        /// The call.
         id: ToolCallId,
+        /// Its final status.
         status: ToolCallStatus,
     },
     #[error(
         "tool call `{0}`: an update cannot carry terminal_output (the tracker makes it); pass output to append_output"
     )]
+    /// A patch carrying terminal output, which only the tracker writes.
     OutputInPatch(ToolCallId),
 }
 
@@ -434,6 +487,7 @@ impl TrackerConfig {
 pub struct TrackerMetrics {
     /// Calls announced, and the bytes of their initial states.
     pub announced: u64,
+    /// Bytes of those initial states.
     pub announce_bytes: u64,
     /// Patches emitted.
     pub updates_sent: u64,
@@ -577,6 +631,7 @@ impl Default for ToolCallTracker {
 }
 
 impl ToolCallTracker {
+    /// A tracker with no calls, sending as `config` says.
     pub fn new(config: TrackerConfig) -> Self {
         ToolCallTracker {
             config,
@@ -587,10 +642,12 @@ impl ToolCallTracker {
         }
     }
 
+    /// How it sends updates.
     pub fn config(&self) -> &TrackerConfig {
         &self.config
     }
 
+    /// What it has sent so far.
     pub fn metrics(&self) -> &TrackerMetrics {
         &self.metrics
     }

@@ -21,29 +21,48 @@ pub enum ToolCallChange {
     /// The call exists (its name has streamed in). Announcing a call the
     /// tracker already knows is to be skipped, not refused: several events
     /// name the same call.
-    Announce { id: ToolCallId, name: String },
+    Announce {
+        /// The call.
+        id: ToolCallId,
+        /// The tool's name.
+        name: String,
+    },
     /// Fields that change (boxed: a patch is large, the others small).
     Patch(Box<ToolCallPatch>),
     /// Output the running tool appended.
-    Output { id: ToolCallId, text: String },
+    Output {
+        /// The call.
+        id: ToolCallId,
+        /// The output, in order after what came before.
+        text: String,
+    },
     /// A passing status line of the running tool (an MCP server's
     /// progress, say): shown while the call has nothing else to show
     /// ([`ToolCallTracker::status_line`]).
     ///
     /// [`ToolCallTracker::status_line`]: crate::ToolCallTracker::status_line
-    StatusLine { id: ToolCallId, text: String },
+    StatusLine {
+        /// The call.
+        id: ToolCallId,
+        /// The status line.
+        text: String,
+    },
     /// A top-level argument of a call still streaming is complete: the
     /// call's `raw_input` grows by it. Only the consumer knows the fields
     /// so far (its tracker's current state), so it builds the patch with
     /// [`ToolCallChange::grown_input`].
     ArgumentField {
+        /// The call.
         id: ToolCallId,
+        /// The argument's name.
         key: String,
+        /// Its complete value.
         value: Value,
     },
 }
 
 impl ToolCallChange {
+    /// A [`ToolCallChange::Patch`] of `patch`.
     pub fn patch(patch: ToolCallPatch) -> Self {
         ToolCallChange::Patch(Box::new(patch))
     }

@@ -17,34 +17,54 @@ use crate::message::{ContentBlock, Message, Role};
 /// What a conversation is, apart from its messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
+    /// The conversation's id.
     pub id: ConversationId,
+    /// A title, when one is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Its root, the system message.
     pub root_id: MessageId,
     /// The leaf the next turn continues from.
     pub active_leaf: MessageId,
     /// Where a fork was copied from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
+    /// When it was created.
     pub created_at: DateTime<Utc>,
 }
 
 /// The conversation and message a fork was taken at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkOrigin {
+    /// The conversation it was copied from.
     pub conversation_id: ConversationId,
+    /// The message the fork was taken at.
     pub message_id: MessageId,
 }
 
 /// A tree operation that cannot be done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TreeError {
+    /// No such message in the conversation.
     #[error("message {0} is not in this conversation")]
     UnknownMessage(MessageId),
+    /// Only a user message can be edited.
     #[error("message {id} is a {role} message; only user messages can be edited")]
-    NotAUserMessage { id: MessageId, role: &'static str },
+    NotAUserMessage {
+        /// The message.
+        id: MessageId,
+        /// The role it has instead.
+        role: &'static str,
+    },
+    /// Only an assistant message can be regenerated.
     #[error("message {id} is a {role} message; only assistant messages can be regenerated")]
-    NotAnAssistantMessage { id: MessageId, role: &'static str },
+    NotAnAssistantMessage {
+        /// The message.
+        id: MessageId,
+        /// The role it has instead.
+        role: &'static str,
+    },
+    /// The root has no parent to branch from.
     #[error("the root of a conversation has no parent")]
     RootHasNoParent,
 }
@@ -142,14 +162,17 @@ impl ConversationTree {
         }
     }
 
+    /// The conversation record.
     pub fn conversation(&self) -> &Conversation {
         &self.conversation
     }
 
+    /// The root (system) message's id.
     pub fn root(&self) -> MessageId {
         self.conversation.root_id
     }
 
+    /// Message `id`, if it is in this conversation.
     pub fn get(&self, id: MessageId) -> Result<&Message, TreeError> {
         self.messages.get(&id).ok_or(TreeError::UnknownMessage(id))
     }
@@ -214,10 +237,12 @@ impl ConversationTree {
         leaves
     }
 
+    /// The leaf the next turn continues from.
     pub fn active_leaf(&self) -> MessageId {
         self.conversation.active_leaf
     }
 
+    /// Makes `id` the leaf the next turn continues from.
     pub fn set_active_leaf(&mut self, id: MessageId) -> Result<(), TreeError> {
         self.get(id)?;
         self.conversation.active_leaf = id;

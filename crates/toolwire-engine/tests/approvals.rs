@@ -5,14 +5,12 @@
 mod support;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use support::*;
 use toolwire_core::{ContentBlock, Decision, Gate, Message, Role, StopReason, ToolCallId};
 use toolwire_engine::{Engine, EngineConfig, EngineError, Responded, TurnOptions};
-use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_tools::ToolSpec;
 
 /// The first turn calls a tool that needs approval; the second answers.
@@ -27,10 +25,6 @@ turns:
   - steps:
       - text: "Another way, then."
 "#;
-
-fn script(yaml: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
-}
 
 fn approval_of(names: &[&str]) -> TurnOptions {
     TurnOptions {

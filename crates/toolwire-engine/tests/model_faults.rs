@@ -76,13 +76,7 @@ async fn fault_then_answer(
     (engine, server, error, dir)
 }
 
-fn retry_after(value: &str) -> Reply {
-    Reply::Status {
-        code: 429,
-        headers: vec![("retry-after".into(), value.into())],
-        body: r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#.into(),
-    }
-}
+use support::faults::openai_rate_limit as retry_after;
 
 #[tokio::test]
 async fn retry_after_inf_fails_the_step_at_once() {
@@ -523,11 +517,10 @@ async fn credentials_in_the_base_url_are_redacted_from_errors() {
     }])
     .await;
     let quoting_port = quoting.url.rsplit(':').next().unwrap().to_owned();
-    // A port nothing listens on: the connection is refused.
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    // A port nothing listens on: the connection is refused (held, so that
+    // no other test takes it meanwhile).
+    let nowhere = support::mcp_http::nothing_listens();
+    let closed = nowhere.port;
     for url in [
         with_secrets.clone(),
         with_secrets.replace(&port, &quoting_port),

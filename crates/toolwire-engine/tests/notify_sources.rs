@@ -232,10 +232,11 @@ async fn a_background_command_reports_its_end_and_task_status_lists_it() {
     )
     .await;
     let conv = s.engine.create_conversation(None).await.unwrap();
-    let started = Instant::now();
-    let outcome = s.engine.run(conv.id, "build it").await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), s.engine.run(conv.id, "build it"))
+        .await
+        .expect("the turn ended (hang guard)")
+        .unwrap();
     assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
-    assert!(started.elapsed() < Duration::from_secs(10));
 
     let received = s.server.received();
     assert_eq!(received.len(), 3);

@@ -200,16 +200,8 @@ async fn anthropic_tool_use_and_results_in_one_user_message() {
 #[tokio::test]
 async fn retries_429_with_retry_after_and_500_before_the_first_byte() {
     let server = MockServer::start(vec![
-        Reply::Status {
-            code: 429,
-            headers: vec![("retry-after".into(), "1".into())],
-            body: "{\"error\":\"slow down\"}".into(),
-        },
-        Reply::Status {
-            code: 500,
-            headers: vec![],
-            body: "oops".into(),
-        },
+        faults::openai_rate_limit("1"),
+        faults::openai_server_error(500),
         Reply::sse(openai_sse("Finally.", &[])),
     ])
     .await;
@@ -221,12 +213,14 @@ async fn retries_429_with_retry_after_and_500_before_the_first_byte() {
     )
     .await;
     let conv = engine.create_conversation(None).await.unwrap();
-    let started = std::time::Instant::now();
     let outcome = engine.run(conv.id, "hi").await.unwrap();
     assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
-    assert_eq!(server.received().len(), 3);
+    let received = server.received();
+    assert_eq!(received.len(), 3);
+    // The retry came no sooner than the 429's Retry-After said: measured
+    // between the two requests the mock saw, not over the whole test.
     assert!(
-        started.elapsed() >= Duration::from_secs(1),
+        received[1].at.duration_since(received[0].at) >= Duration::from_secs(1),
         "Retry-After honoured"
     );
 }
@@ -300,4 +294,37 @@ async fn a_stream_cut_mid_call_keeps_the_text_and_stops_with_an_error() {
     let types = event_types(&engine, conv.id).await;
     assert!(types.contains(&"tool_call_started".to_string()));
     assert!(!types.contains(&"tool_execution_started".to_string()));
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_is_retried_and_an_error_mid_stream_ends_the_step() {
+    let server = MockServer::start(vec![
+        faults::anthropic_overloaded(),
+        faults::anthropic_error_mid_stream("Half an ans"),
+        Reply::sse(anthropic_sse("Whole answer.", &[])),
+    ])
+    .await;
+    let provider = Arc::new(AnthropicProvider::new(
+        http(&server.url),
+        "claude-test",
+        true,
+    ));
+    let (engine, _dir) = engine(
+        provider,
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    // 529 before the first byte is retried; the error event after text is
+    // not (the answer had begun): the step ends naming it.
+    let outcome = engine.run(conv.id, "hi").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::LlmApiError);
+    let error = outcome.error.unwrap();
+    assert!(error.contains("Overloaded"), "{error}");
+    assert_eq!(server.received().len(), 2);
+    // The conversation takes the next message.
+    let next = engine.run(conv.id, "again").await.unwrap();
+    assert_eq!(next.reason, StopReason::EndTurn, "{:?}", next.error);
+    assert_eq!(next.final_message.unwrap().text(), "Whole answer.");
 }

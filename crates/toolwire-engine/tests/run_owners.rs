@@ -12,12 +12,7 @@ use std::time::Duration;
 use support::*;
 use toolwire_core::{AgentEvent, ConversationId, InstanceId, RunId, StopReason};
 use toolwire_engine::{Engine, EngineConfig};
-use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_store::Store;
-
-fn script(yaml: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
-}
 
 const SLOW_CALL_THEN_ANSWER: &str = r#"
 steps:
@@ -278,14 +273,30 @@ async fn the_heartbeat_stops_with_the_engine() {
                 .heartbeat_at
         }
     };
+    // Waits for the next beat after `after` (the guard only fails a hung
+    // heartbeat; a beat is due every 20 ms).
+    let beat_after = |after| {
+        let heartbeat = &heartbeat;
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    let beat = heartbeat().await;
+                    if beat > after {
+                        return beat;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+        }
+    };
     let registered = engine.instance().heartbeat_at;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let beaten = heartbeat().await;
-    assert!(beaten > registered, "the heartbeat goes on");
+    let beaten = beat_after(registered).await.expect("the heartbeat goes on");
 
     drop(engine);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(heartbeat().await > beaten, "a clone keeps the engine alive");
+    beat_after(beaten)
+        .await
+        .expect("a clone keeps the engine alive");
 
     drop(clone);
     // A beat in flight when the engine went may still land.

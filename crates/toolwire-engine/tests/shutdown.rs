@@ -6,17 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use support::*;
 use toolwire_core::{ContentBlock, Message, MessageStatus, Role, StopReason};
 use toolwire_engine::{Engine, EngineConfig, EngineError, Interjection};
-use toolwire_providers::{Script, ScriptedProvider};
-
-fn script(yaml: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
-}
 
 async fn active_path(engine: &Engine, conversation: toolwire_core::ConversationId) -> Vec<Message> {
     let conv = engine.store().conversation(conversation).await.unwrap();
@@ -131,7 +125,14 @@ async fn words_interjected_into_a_stopping_turn_are_stored() {
         let engine = engine.clone();
         tokio::spawn(async move { engine.shutdown(Duration::from_secs(30)).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Interject once the shutdown has begun (the guard only fails a hang).
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !engine.is_stopping() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the shutdown began");
     assert!(matches!(
         engine
             .interject(conv.id, "wait, one more thing")

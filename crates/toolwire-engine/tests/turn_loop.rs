@@ -13,10 +13,6 @@ use toolwire_core::{ContentBlock, Role, StopReason};
 use toolwire_engine::{Engine, EngineConfig, Interjection, InterjectionMode};
 use toolwire_providers::{OpenAiProvider, Script, ScriptedProvider, ToolFormat};
 
-fn script(yaml: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
-}
-
 const TWO_CALLS_THEN_ANSWER: &str = r#"
 steps:
   - text: "Working."

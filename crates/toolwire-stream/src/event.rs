@@ -20,56 +20,100 @@ pub type CallId = Arc<str>;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamEvent {
     /// Assistant prose.
-    TextDelta { text: String },
+    TextDelta {
+        /// The text, in order after the previous delta.
+        text: String,
+    },
     /// Reasoning ("thinking") text, kept apart from the answer.
-    ReasoningDelta { text: String },
+    ReasoningDelta {
+        /// The text, in order after the previous delta.
+        text: String,
+    },
     /// XML only: `<tool_call>` has been seen; name not known yet.
-    ToolCallOpened { call_id: CallId },
+    ToolCallOpened {
+        /// The id given to the call (XML calls carry none).
+        call_id: CallId,
+    },
     /// The tool's name is complete.
     ToolCallStarted {
+        /// The call this belongs to (the provider's id, or one made up).
         call_id: CallId,
+        /// The tool's name as the model wrote it.
         name: String,
+        /// The MCP server the tool belongs to, when the provider says.
         #[serde(skip_serializing_if = "Option::is_none")]
         server: Option<String>,
     },
     /// Raw argument text (JSON source) as it streams.
-    ArgumentsDelta { call_id: CallId, fragment: String },
+    ArgumentsDelta {
+        /// The call this belongs to (the provider's id, or one made up).
+        call_id: CallId,
+        /// The next piece of the arguments' JSON source.
+        fragment: String,
+    },
     /// Decoded characters appended to a top-level string field that is
     /// still streaming.
     ArgumentFieldDelta {
+        /// The call this belongs to (the provider's id, or one made up).
         call_id: CallId,
+        /// The field's name.
         key: Arc<str>,
+        /// Decoded characters to append to the field's value.
         fragment: String,
     },
     /// A top-level field of the arguments object whose value is complete.
     ArgumentField {
+        /// The call this belongs to (the provider's id, or one made up).
         call_id: CallId,
+        /// The field's name.
         key: Arc<str>,
+        /// Its complete value.
         value: Value,
     },
     /// The call is closed by the provider and its arguments are a valid
     /// JSON object (or, for free-form custom tools, a JSON string).
     ToolCallReady {
+        /// The call this belongs to (the provider's id, or one made up).
         call_id: CallId,
+        /// The tool's name.
         name: String,
+        /// The MCP server the tool belongs to, when the provider says.
         #[serde(skip_serializing_if = "Option::is_none")]
         server: Option<String>,
+        /// The whole arguments: an object (a string for custom tools).
         arguments: Value,
     },
     /// The call cannot be run; `reason` says why.
-    ToolCallFailed { call_id: CallId, reason: String },
+    ToolCallFailed {
+        /// The call this belongs to (the provider's id, or one made up).
+        call_id: CallId,
+        /// Why it cannot run, for the model and the user.
+        reason: String,
+    },
     /// Token counts reported by the provider.
     Usage(Usage),
     /// The provider says the message is over.
-    Finished { reason: FinishReason },
+    Finished {
+        /// Why the model stopped.
+        reason: FinishReason,
+    },
     /// The provider reported an error inside the stream.
-    ProviderError { message: String },
+    ProviderError {
+        /// The provider's error, as it said it.
+        message: String,
+    },
     /// Input that could not be decoded; decoding goes on after it.
-    ParseError { message: String },
+    ParseError {
+        /// What could not be decoded, and where.
+        message: String,
+    },
     /// Input went over one of the decoder's limits (an SSE line or event,
     /// a JSON body) and was dropped: what follows cannot be trusted to
     /// be whole, so the caller should end the model call with `message`.
-    LimitExceeded { message: String },
+    LimitExceeded {
+        /// Which limit, and by how much.
+        message: String,
+    },
 }
 
 impl StreamEvent {
@@ -106,7 +150,9 @@ impl StreamEvent {
 /// Token counts. Providers name these differently; the decoders map them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Usage {
+    /// Tokens of the request (cached ones included).
     pub prompt_tokens: u64,
+    /// Tokens the model wrote (reasoning included).
     pub completion_tokens: u64,
     /// Prompt tokens served from the provider's cache.
     pub cached_tokens: u64,

@@ -19,9 +19,19 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldEvent {
     /// Decoded characters appended to the string value of `key`.
-    Delta { key: Arc<str>, fragment: String },
+    Delta {
+        /// The field's name.
+        key: Arc<str>,
+        /// Characters to append to its value.
+        fragment: String,
+    },
     /// The value of `key` is complete.
-    Complete { key: Arc<str>, value: Value },
+    Complete {
+        /// The field's name.
+        key: Arc<str>,
+        /// Its whole value.
+        value: Value,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +95,7 @@ impl Default for ArgumentFieldParser {
 }
 
 impl ArgumentFieldParser {
+    /// A parser expecting the start of an arguments object.
     pub fn new() -> Self {
         ArgumentFieldParser {
             state: State::Start,

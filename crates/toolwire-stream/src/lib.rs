@@ -17,6 +17,9 @@
 //! [`decoder_for`] to pick one by name, [`decode_chunked`] to replay a
 //! recorded stream with byte offsets.
 
+// Decoders are used by every provider: each public item says what it is for.
+#![warn(missing_docs)]
+
 mod anthropic;
 mod calls;
 mod event;
@@ -111,7 +114,9 @@ pub fn decoder_for(format: Format) -> Box<dyn Decoder + Send> {
 /// An event and the number of input bytes consumed when it was emitted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetEvent {
+    /// Input bytes consumed when the event was emitted.
     pub offset: usize,
+    /// The event.
     pub event: StreamEvent,
 }
 

@@ -24,12 +24,30 @@ pub struct SseEvent {
 /// offending line is dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
+    /// A line that is not UTF-8.
     #[error("SSE line {line} is not valid UTF-8 (first bad byte at column {column})")]
-    InvalidUtf8 { line: u64, column: usize },
+    InvalidUtf8 {
+        /// The line, counted from 1.
+        line: u64,
+        /// The byte column of the first bad byte.
+        column: usize,
+    },
+    /// A line longer than the decoder takes.
     #[error("SSE line {line} is longer than the {limit}-byte limit; line dropped")]
-    LineTooLong { line: u64, limit: usize },
+    LineTooLong {
+        /// The line, counted from 1.
+        line: u64,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// An event whose data lines add up to more than the decoder takes.
     #[error("SSE event ending at line {line} has more than {limit} bytes of data; event dropped")]
-    EventTooLarge { line: u64, limit: usize },
+    EventTooLarge {
+        /// The line the event ended at, counted from 1.
+        line: u64,
+        /// The limit in bytes.
+        limit: usize,
+    },
 }
 
 /// Incremental SSE decoder.
@@ -60,6 +78,7 @@ impl Default for SseDecoder {
 }
 
 impl SseDecoder {
+    /// A decoder with the default line limit.
     pub fn new() -> Self {
         Self::with_max_line(DEFAULT_MAX_LINE)
     }

@@ -172,6 +172,7 @@ impl Default for XmlToolCallParser {
 }
 
 impl XmlToolCallParser {
+    /// A parser at the start of the text, outside any tag.
     pub fn new() -> Self {
         XmlToolCallParser {
             mode: Mode::Text,
@@ -706,6 +707,7 @@ pub struct XmlTextDecoder {
 }
 
 impl XmlTextDecoder {
+    /// A decoder at the start of the model's text.
     pub fn new() -> Self {
         Self::default()
     }

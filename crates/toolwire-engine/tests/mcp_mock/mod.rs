@@ -10,21 +10,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-/// A request the mock received.
+/// A request the mock received (`session()`, `method()`).
 pub use crate::support::Request as Received;
 use crate::support::read_request;
-
-impl Received {
-    /// The `Mcp-Session-Id` it carried.
-    pub fn session(&self) -> Option<&str> {
-        self.header("mcp-session-id")
-    }
-
-    /// The JSON-RPC method it carried.
-    pub fn method(&self) -> Option<&str> {
-        self.body["method"].as_str()
-    }
-}
 
 /// The answer to one `tools/call`: an HTTP status and a JSON body.
 pub struct Answer {

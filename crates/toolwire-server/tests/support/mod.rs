@@ -1,5 +1,6 @@
-//! A real `toolwire serve` in the test process: an engine on a SQLite file
-//! with a scripted model, served over loopback HTTP.
+//! A real `toolwire serve` in the test process: the scripted engine of
+//! `toolwire-test-support` on a SQLite file, served over loopback HTTP,
+//! and the HTTP and WebSocket clients of the server's tests.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -8,10 +9,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::oneshot;
-use toolwire_engine::{Engine, EngineConfig};
-use toolwire_providers::{Script, ScriptedProvider};
-use toolwire_server::{AppState, ServerSettings};
+use toolwire_engine::EngineConfig;
 use toolwire_tools::ToolRegistry;
+use toolwire_tools::confined::Policy;
+use toolwire_server::{AppState, ServerSettings};
 
 pub struct Server {
     pub addr: SocketAddr,
@@ -37,12 +38,8 @@ impl Server {
         // Python tools run through this crate's helper binary, with the
         // database's directory as their workspace.
         if !settings.python_sandbox.sandbox.has_helper() {
-            use toolwire_tools::confined::{Helper, Policy, Sandbox};
-            let sandbox = Sandbox::new(
-                Helper {
-                    exe: env!("CARGO_BIN_EXE_toolwire-server-sandbox").into(),
-                    args: Vec::new(),
-                },
+            let sandbox = toolwire_test_support::sandbox::through(
+                env!("CARGO_BIN_EXE_toolwire-server-sandbox"),
                 Policy::default(),
             );
             settings.python_sandbox = toolwire_tools::python::PythonSandbox::new(
@@ -50,13 +47,13 @@ impl Server {
                 db.parent().unwrap().canonicalize().unwrap(),
             );
         }
-        let store = toolwire_store::open(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        let provider = Arc::new(ScriptedProvider::new(Script::parse(script).unwrap(), false));
-        let engine = Engine::start(store, provider, ToolRegistry::new(), config)
-            .await
-            .unwrap();
+        let engine = toolwire_test_support::engine_at(
+            db,
+            toolwire_test_support::script(script),
+            ToolRegistry::new(),
+            config,
+        )
+        .await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -1,12 +1,11 @@
 //! MCP servers on streamable HTTP on loopback (server-everything, or a
-//! server a test writes), for the MCP tests of the engine (`tests/mcp.rs`)
-//! and of `toolwire acp` (`toolwire-cli/tests/acp.rs`).
+//! server a test writes), for the MCP tests of the engine and of
+//! `toolwire acp`; and a loopback URL where nothing listens.
 //!
 //! The test binds the server's socket itself, on 127.0.0.1, and hands it to
 //! the server as its stdin: the server cannot listen anywhere else, and no
 //! other test can take its port, even while a test has killed the server to
 //! start it again where it was.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -183,15 +182,20 @@ async fn listening(mut command: Command) -> (Child, u16) {
 /// test gets it) but not listening, so connections are refused. Keep it
 /// while the URL is used.
 pub struct NothingListens {
+    /// `http://127.0.0.1:PORT/mcp`.
     pub url: String,
+    /// The port nothing listens on.
+    pub port: u16,
     _held: TcpSocket,
 }
 
+/// A [`NothingListens`] on a port of its own.
 pub fn nothing_listens() -> NothingListens {
     let held = hold(0);
     let port = held.local_addr().unwrap().port();
     NothingListens {
         url: format!("http://127.0.0.1:{port}/mcp"),
+        port,
         _held: held,
     }
 }

@@ -1,0 +1,39 @@
+//! # toolwire-test-support
+//!
+//! **Owns** what the integration tests of the engine, the server and the
+//! CLI share: the mock model server ([`mock_model`]: real HTTP/1.1 and SSE
+//! on loopback, replies scripted per request, every request recorded,
+//! faults such as error statuses, cut streams, stalls and slow chunks), the
+//! SSE bodies of OpenAI chat and Anthropic ([`sse`]), the provider error
+//! bodies the real APIs send ([`faults`]), engines over a temporary SQLite
+//! file with the scripted or any provider ([`engine`]), echo tools
+//! ([`tools`]), process checks ([`processes`]), sandboxes through a crate's
+//! helper binary ([`sandbox`]) and MCP servers on loopback ([`mcp_http`]).
+//!
+//! **Invariants.** Dev-only (`publish = false`, only ever a
+//! dev-dependency). The only stand-in is the model: everything else a test
+//! builds here is real (SQLite file, TCP sockets, processes). Binds only
+//! 127.0.0.1.
+//!
+//! Helpers fail the test that called them (they panic with what went
+//! wrong): a test helper has no caller to hand an error to.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod engine;
+pub mod faults;
+pub mod mcp_http;
+pub mod mock_model;
+pub mod processes;
+pub mod sandbox;
+pub mod sse;
+pub mod tools;
+
+// Flat names, so that a test's `use toolwire_test_support as support;`
+// reads as `support::MockServer`, `support::openai_sse`.
+pub use engine::{
+    engine, engine_at, event_types, http, script, scripted_engine, sqlite_store, type_of,
+};
+pub use mock_model::{MockServer, Received, Reply, Request, read_request};
+pub use processes::{gone, marker, none_with, running_with, some_with};
+pub use sse::{Call, anthropic_sse, openai_sse};
+pub use tools::{EchoTool, echo_tool, echo_tools};
