@@ -17,6 +17,7 @@ use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
+use crate::edit::ConversationLocks;
 use crate::follow::Follower;
 use crate::instance::{self, Registration};
 use crate::notify::keep::{self, Keeper};
@@ -214,6 +215,8 @@ pub(crate) struct Inner {
     _keeper: Keeper,
     /// Set once the engine stops taking turns; counts the running ones.
     pub(crate) stopping: Stopping,
+    /// Held by a turn's start and by a change to a conversation (`edit`).
+    edits: ConversationLocks,
 }
 
 /// The engine as a tool's [`NotificationSink`]: a weak reference, so that
@@ -294,6 +297,7 @@ impl Engine {
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
             stopping: Stopping::default(),
+            edits: ConversationLocks::default(),
         });
         Ok(Engine { inner })
     }
@@ -354,6 +358,10 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    pub(crate) fn conversation_locks(&self) -> &ConversationLocks {
+        &self.inner.edits
     }
 
     pub fn tools(&self) -> &ToolRegistry {
@@ -840,6 +848,8 @@ impl Engine {
         options: TurnOptions,
         origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
+        // Not while a change to the conversation is being made (`edit`).
+        let editing = self.inner.edits.hold(conversation).await;
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
         {
@@ -870,6 +880,7 @@ impl Engine {
                 self.inner.remembered.set(conversation, options.clone());
             }
         }
+        drop(editing);
         self.spawn_turn(conversation, run_id, cancel, start, options)
             .await
     }

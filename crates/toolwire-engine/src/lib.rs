@@ -14,6 +14,11 @@
 //! output whatever the server does (`StreamLimits`, `max_step_*`); a panic
 //! in a turn ends it with an error and releases its conversation.
 //!
+//! The engine owns every change to a conversation: front doors read the
+//! store, and write through [`Engine`] (turns; `fork`, `set_active_leaf`,
+//! `set_system_prompt`, refused while a turn runs, `edit.rs`; their own
+//! records, `records.rs`).
+//!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
 //! `follow`), [`TurnOptions`], [`tools::ToolRegistry`],
 //! [`provider::Provider`], [`watch::start`] (the workspace's file watcher,
@@ -22,11 +27,13 @@
 mod approval;
 mod bus;
 mod config;
+mod edit;
 mod engine;
 mod follow;
 mod instance;
 pub mod notify;
 pub mod provider;
+mod records;
 mod recover;
 mod remembered;
 mod shutdown;

@@ -20,9 +20,12 @@
 //!
 //! **Entry points.** [`router`], [`serve`], [`AppState`], [`ServerSettings`].
 
+pub mod agents;
 mod auth;
 mod connections;
+mod decisions;
 pub mod error;
+mod event_index;
 mod extract;
 pub mod letta;
 pub mod live;
@@ -100,15 +103,8 @@ async fn not_found(State(state): State<AppState>, request: Request) -> ApiError 
         "NOT_FOUND",
         format!("no route for {} {}", request.method(), request.uri().path()),
     );
-    drain_body(request, state.settings.body_limit).await;
+    extract::drain_body(request, state.settings.body_limit).await;
     error
-}
-
-/// Reads and drops a refused request's body: an unread body left on the
-/// connection makes hyper close it, and a client that reuses it (Letta's
-/// SDKs do) then fails its next request.
-pub(crate) async fn drain_body(request: Request, limit: usize) {
-    let _ = axum::body::to_bytes(request.into_body(), limit).await;
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops the
@@ -131,10 +127,10 @@ pub async fn serve(
         header_timeout: settings.header_timeout,
         idle_timeout: settings.idle_timeout,
     };
-    if let Err(e) = letta::agents::index_owners(&state).await {
+    if let Err(e) = agents::index_owners(&state).await {
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
     }
-    letta::approvals::arm_all(&state).await;
+    agents::approvals::arm_all(&state).await;
     // When `shutdown` fires the engine takes no new turn (each door answers
     // 503 with Retry-After) and running turns get the grace to reach their
     // next stored step, after which what runs is cut and stored as

@@ -1,8 +1,6 @@
 //! The Letta-compatible API: tools, agents and their messages.
 
 pub mod agents;
-pub mod approvals;
-pub mod ids;
 pub mod messages;
 pub mod notifications;
 pub mod page;
