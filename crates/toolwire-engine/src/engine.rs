@@ -17,7 +17,7 @@ use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
-use crate::edit::ConversationLocks;
+use crate::edit::{ConversationLocks, Held};
 use crate::follow::Follower;
 use crate::instance::{self, Registration};
 use crate::notify::keep::{self, Keeper};
@@ -584,6 +584,9 @@ impl Engine {
         options: TurnOptions,
         origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
+        // The leaf is read under the lock the turn starts under, so that
+        // no change of it (`edit`) comes between.
+        let editing = self.inner.edits.hold(conversation).await;
         let parent = match parent {
             Some(p) => p,
             None => self.active_leaf(conversation).await?,
@@ -597,8 +600,14 @@ impl Engine {
             });
         }
         let user = user_message(conversation, parent, text);
-        self.start_turn(conversation, turn::Start::User(user), options, origin)
-            .await
+        self.start_turn_held(
+            editing,
+            conversation,
+            turn::Start::User(user),
+            options,
+            origin,
+        )
+        .await
     }
 
     /// The options of the turns this engine starts itself in
@@ -850,6 +859,18 @@ impl Engine {
     ) -> Result<TurnHandle, EngineError> {
         // Not while a change to the conversation is being made (`edit`).
         let editing = self.inner.edits.hold(conversation).await;
+        self.start_turn_held(editing, conversation, start, options, origin)
+            .await
+    }
+
+    async fn start_turn_held(
+        &self,
+        editing: Held,
+        conversation: ConversationId,
+        start: turn::Start,
+        options: TurnOptions,
+        origin: Origin,
+    ) -> Result<TurnHandle, EngineError> {
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
         {
