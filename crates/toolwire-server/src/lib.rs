@@ -9,8 +9,12 @@
 //! server's life (bind, serve within connection limits, graceful
 //! shutdown).
 //!
+//! Agent and tool records, and the turn options derived from them, are
+//! [`agents`], which both doors render from.
+//!
 //! **Invariants.** Letta's JSON shapes are built here and only here, from
-//! core types; the engine never sees them. A request that cannot be served
+//! core types; the engine never sees them. Handlers read the store and
+//! change nothing in it but through the engine. A request that cannot be served
 //! gets a JSON error with a status, a code and a message before any byte
 //! of a stream; nothing a request does can lose stored data. Without API
 //! keys the server refuses to listen beyond loopback. No request reaches a
