@@ -1,7 +1,8 @@
 //! Fork, active-leaf and system-prompt changes against running turns,
 //! over real HTTP: the engine refuses them while a turn runs (409), makes
-//! them whole when idle, and a fork raced against a turn's start many
-//! times leaves every turn one whole chain.
+//! them whole when idle, and a fork raced against a turn 100 times
+//! leaves every turn one whole chain (the engine's own race tests run
+//! 200 rounds each, without HTTP in between).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -21,10 +22,10 @@ steps:
     tool_calls:
       - {id: call_1, name: lookup, arguments: {n: 1}}
     chunk_size: 16
-    delay_ms: 2
+    delay_ms: 1
   - text: "Done."
     chunk_size: 16
-    delay_ms: 2
+    delay_ms: 1
 "#;
 
 /// [`TWO_STEPS`] taking about a second: caught running for sure.
@@ -219,14 +220,21 @@ async fn a_fork_raced_against_a_turn_over_http_is_whole_or_refused() {
     let id = new_conversation(&s).await;
     send(&s, &id).await;
     let (mut refused, mut forked) = (0, 0);
-    for round in 0..200u32 {
+    for round in 0..100u32 {
         let before_tree = idle(&s, &id).await;
         let before = node_ids(&before_tree);
         let leaf = before_tree["active_leaf"].as_str().unwrap().to_owned();
+        // Every fourth fork is asked with the send, at the leaf before
+        // it; the others after a pause spread over about two turns, at
+        // whatever the leaf is then (during the turn, one of its messages).
         let fork = async {
-            let ms = u64::from(round.wrapping_mul(7_919) % 120);
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            let at = tree(&s, &id).await["active_leaf"].clone();
+            let at = if round % 4 == 0 {
+                json!(leaf)
+            } else {
+                let ms = u64::from(round.wrapping_mul(7_919) % 250);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tree(&s, &id).await["active_leaf"].clone()
+            };
             let (status, body) = s
                 .call("POST", &conv(&id, "/fork"), Some(json!({"message_id": at})))
                 .await;
