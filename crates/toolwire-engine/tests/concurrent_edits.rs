@@ -100,7 +100,7 @@ async fn one_whole_turn(
 /// while spread over about a turn's length or more: most land during the
 /// turn, some after it.
 fn change_first(round: u32) -> bool {
-    round % 4 == 0
+    round.is_multiple_of(4)
 }
 
 async fn pause(round: u32) {

@@ -228,7 +228,7 @@ async fn a_fork_raced_against_a_turn_over_http_is_whole_or_refused() {
         // it; the others after a pause spread over about two turns, at
         // whatever the leaf is then (during the turn, one of its messages).
         let fork = async {
-            let at = if round % 4 == 0 {
+            let at = if round.is_multiple_of(4) {
                 json!(leaf)
             } else {
                 let ms = u64::from(round.wrapping_mul(7_919) % 250);
