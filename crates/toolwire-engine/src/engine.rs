@@ -17,7 +17,7 @@ use toolwire_store::{InstanceRecord, Store, StoreError, StoredEvent};
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
-use crate::edit::{ConversationLocks, Held};
+use crate::conversation_lock::{ConversationLocks, Held};
 use crate::follow::Follower;
 use crate::instance::{self, Registration};
 use crate::notify::keep::{self, Keeper};

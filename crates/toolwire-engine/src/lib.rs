@@ -27,6 +27,7 @@
 mod approval;
 mod bus;
 mod config;
+mod conversation_lock;
 mod edit;
 mod engine;
 mod follow;
