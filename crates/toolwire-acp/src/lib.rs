@@ -9,14 +9,17 @@
 //! [`toolwire_core::ToolCallTracker`] so that every `tool_call_update`
 //! carries only what changed (`updates.rs`; titles and locations from the
 //! arguments in `titles.rs`). Which calls run without asking is
-//! `permissions.rs`; when the editor offers files or terminals, the
+//! `policy.rs`; asking the editor about the others, `permissions.rs`. An
+//! open session is `state.rs`, a prompt's run `session.rs`. When the
+//! editor offers files or terminals, the
 //! session's `read_file`/`write_file`/`run_command` go through it
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
 //! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
 //! (`notify.rs`) feeds the engine's notifications.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
-//! engine is used only through its public API. Nothing but the protocol is
+//! engine is used only through its public API, and the store only read
+//! (writes go through the engine). Nothing but the protocol is
 //! written to the output stream (logs go through `tracing`). Every
 //! `session/prompt` is answered exactly once, with `cancelled` after a
 //! `session/cancel`.
@@ -30,9 +33,12 @@
 mod client_fs;
 mod convert;
 mod edits;
+mod errors;
 mod notify;
 mod permissions;
+mod policy;
 mod session;
+mod state;
 mod terminal;
 mod titles;
 mod updates;
@@ -40,7 +46,7 @@ mod wire;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
@@ -53,16 +59,18 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
 use tokio::io::{AsyncRead, AsyncWrite};
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
+use toolwire_engine::Engine;
 use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
-use toolwire_engine::{Engine, TurnOptions};
 use toolwire_tools::OwnWrites;
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin::{self, Workspace};
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::mcp::{self, McpServerConfig};
 
+use errors::{AcpResult, internal, invalid_params};
 pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
-pub use permissions::{Policies, Policy};
+pub use policy::{Policies, Policy};
+use state::Session;
 pub use toolwire_core::kind_of;
 use updates::session_metrics_line;
 
@@ -258,88 +266,6 @@ struct SessionTools {
     tasks: Arc<builtin::BackgroundTasks>,
 }
 
-/// One ACP session: its conversation and its tools.
-#[derive(Clone)]
-struct Session {
-    conversation: ConversationId,
-    tools: ToolRegistry,
-    /// The editor terminals of running `run_command` calls.
-    terminals: terminal::Terminals,
-    /// The root of the built-in tools.
-    cwd: PathBuf,
-    /// What edit previews read: the built-in tools' sandbox (the paths
-    /// an edit preview may read) and the editor's buffers.
-    edits: edits::EditView,
-    /// The diffs of its edits that ran, for their calls' final updates.
-    diffs: edits::Diffs,
-    /// The session's "always" answers (stored, so a loaded session keeps
-    /// them).
-    permissions: Arc<Mutex<permissions::Permissions>>,
-    /// Set by `session/cancel`; the running prompt answers `cancelled`.
-    cancelled: Arc<AtomicBool>,
-    /// A prompt is running (one at a time: a second is refused, and
-    /// leaves the first one's cancel alone).
-    prompting: Arc<AtomicBool>,
-    /// The configured per-tool policies.
-    policies: Policies,
-    /// How its tool calls are sent (the settings, and what the client
-    /// asked for).
-    tracker: TrackerConfig,
-    /// What its tool call updates cost, over all its prompts.
-    metrics: Arc<Mutex<TrackerMetrics>>,
-    /// The client's MCP servers, to open the session again once parked.
-    mcp_servers: Arc<[McpServer]>,
-    /// The agent's clock at its last use.
-    last_used: Arc<AtomicU64>,
-    /// `run_command`'s background tasks: a session with some running is
-    /// not parked (parking would stop them).
-    tasks: Arc<builtin::BackgroundTasks>,
-    /// The watcher of `cwd`, telling this session's conversation only; it
-    /// stops when the session (its last clone) goes.
-    _watcher: Option<Arc<WatchHandle>>,
-}
-
-impl Session {
-    /// The options of the session's turns: its tools, and the calls that
-    /// wait for an answer under its policies and "always" answers. Given
-    /// to every prompt, and to the engine for the turns it starts itself
-    /// (set again whenever an "always" answer changes them).
-    fn turn_options(&self) -> TurnOptions {
-        TurnOptions {
-            tools: Some(self.tools.clone()),
-            require_approval: permissions::require_approval(self),
-            ..TurnOptions::default()
-        }
-    }
-
-    /// Marks a prompt as running; `None` if one already is. The prompt
-    /// runs while the guard lives.
-    fn start_prompt(&self) -> Option<PromptGuard> {
-        self.prompting
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .ok()
-            .map(|_| PromptGuard(self.prompting.clone()))
-    }
-
-    fn is_prompting(&self) -> bool {
-        self.prompting.load(Ordering::SeqCst)
-    }
-
-    /// What the session's tool call updates have cost so far.
-    fn metrics(&self) -> TrackerMetrics {
-        self.metrics.lock().map(|m| *m).unwrap_or_default()
-    }
-}
-
-/// Clears a session's running prompt when the prompt ends, however.
-struct PromptGuard(Arc<AtomicBool>);
-
-impl Drop for PromptGuard {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
-
 #[derive(Clone)]
 struct AcpAgent {
     engine: Engine,
@@ -364,18 +290,6 @@ struct Parked {
     cwd: PathBuf,
     mcp_servers: Arc<[McpServer]>,
     metrics: TrackerMetrics,
-}
-
-type AcpResult = Result<(), agent_client_protocol::Error>;
-
-fn invalid_params(message: impl Into<String>) -> agent_client_protocol::Error {
-    let message: String = message.into();
-    agent_client_protocol::Error::invalid_params().data(serde_json::Value::String(message))
-}
-
-fn internal(message: impl std::fmt::Display) -> agent_client_protocol::Error {
-    agent_client_protocol::Error::internal_error()
-        .data(serde_json::Value::String(message.to_string()))
 }
 
 impl AcpAgent {
@@ -569,7 +483,7 @@ impl AcpAgent {
         conversation: ConversationId,
         tools: SessionTools,
         cwd: PathBuf,
-        permissions: permissions::Permissions,
+        permissions: policy::Permissions,
         mcp_servers: Arc<[McpServer]>,
         metrics: TrackerMetrics,
     ) -> SessionId {
@@ -701,7 +615,7 @@ impl AcpAgent {
                 return Err(e);
             }
         };
-        let permissions = permissions::Permissions::load(&self.engine, conversation).await;
+        let permissions = policy::Permissions::load(&self.engine, conversation).await;
         self.insert(
             conversation,
             tools,
@@ -789,7 +703,7 @@ impl AcpAgent {
                 conversation,
                 tools,
                 request.cwd.clone(),
-                permissions::Permissions::default(),
+                policy::Permissions::default(),
                 request.mcp_servers.clone().into(),
                 TrackerMetrics::default(),
             )
@@ -846,7 +760,7 @@ impl AcpAgent {
             Ok(tools) => tools,
             Err(e) => return responder.respond_with_error(e),
         };
-        let permissions = permissions::Permissions::load(&self.engine, conversation).await;
+        let permissions = policy::Permissions::load(&self.engine, conversation).await;
         // A parked session's metrics carry over; an open one is replaced.
         let metrics = self
             .session(&request.session_id)

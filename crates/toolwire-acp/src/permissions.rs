@@ -1,14 +1,7 @@
-//! Which tool calls run without asking, and asking the editor about the
-//! others with `session/request_permission`.
-//!
-//! A call runs at once when its tool's policy is `allow` (by default the
-//! read-only tools: read_file, list_dir, search, update_plan and MCP tools
-//! annotated `readOnlyHint`) or the user answered "always allow" for the
-//! tool in this session; it is rejected without asking when the policy is
-//! `deny` or the user answered "always reject"; otherwise the editor is
-//! asked. "Always" answers are stored, so a loaded session keeps them.
+//! Asking the editor about the calls that wait (`policy.rs` says which)
+//! with `session/request_permission`, and remembering its "always"
+//! answers.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;
 
 use agent_client_protocol::Client;
@@ -17,98 +10,12 @@ use agent_client_protocol::v1::schema::{
     self as acp, PermissionOption, PermissionOptionKind, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId,
 };
-use serde::Deserialize;
-use toolwire_core::{ConversationId, Decision, GatedCall, ToolCallId};
+use toolwire_core::{Decision, GatedCall, ToolCall, ToolCallId};
 use toolwire_engine::Engine;
 
-use crate::Session;
-
-/// The kind of the store documents that keep a session's "always"
-/// answers (id: the conversation id).
-const PERMISSIONS_KIND: &str = "acp_permissions";
-
-/// What happens to a tool's calls, as configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Run without asking.
-    Allow,
-    /// Ask the editor each time (until an "always" answer).
-    Ask,
-    /// Reject without asking; the model is told.
-    Deny,
-}
-
-/// The configured policies, by tool name; tools not named follow the
-/// default (read-only tools allow, the others ask).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Policies(pub BTreeMap<String, Policy>);
-
-impl Policies {
-    pub fn of(&self, tool: &str, read_only: bool) -> Policy {
-        match self.0.get(tool) {
-            Some(policy) => *policy,
-            None if read_only => Policy::Allow,
-            None => Policy::Ask,
-        }
-    }
-}
-
-/// A session's "always" answers, per tool name.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Permissions {
-    /// Tools that run without asking.
-    pub allow: BTreeSet<String>,
-    /// Tools whose calls are rejected without asking.
-    pub reject: BTreeSet<String>,
-}
-
-impl Permissions {
-    /// The stored answers of `conversation` (none if there are none or
-    /// they cannot be read).
-    pub(crate) async fn load(engine: &Engine, conversation: ConversationId) -> Self {
-        match engine
-            .store()
-            .document(PERMISSIONS_KIND, &conversation.to_string())
-            .await
-        {
-            Ok(Some(doc)) => {
-                let names = |key: &str| -> BTreeSet<String> {
-                    doc.body
-                        .get(key)
-                        .and_then(|v| v.as_array())
-                        .map(|items| {
-                            items
-                                .iter()
-                                .filter_map(|v| v.as_str().map(str::to_owned))
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                Permissions {
-                    allow: names("allow"),
-                    reject: names("reject"),
-                }
-            }
-            Ok(None) => Permissions::default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "reading stored ACP permissions");
-                Permissions::default()
-            }
-        }
-    }
-
-    async fn save(&self, engine: &Engine, conversation: ConversationId) {
-        let body = serde_json::json!({"allow": self.allow, "reject": self.reject});
-        if let Err(e) = engine
-            .store()
-            .put_document(PERMISSIONS_KIND, &conversation.to_string(), &body)
-            .await
-        {
-            tracing::warn!(error = %e, "storing ACP permissions");
-        }
-    }
-}
+use crate::policy::{Permissions, Policy};
+use crate::state::Session;
+use crate::{convert, titles};
 
 const ALLOW_ONCE: &str = "allow_once";
 const ALLOW_ALWAYS: &str = "allow_always";
@@ -131,26 +38,6 @@ fn permission_options() -> Vec<PermissionOption> {
             PermissionOptionKind::RejectAlways,
         ),
     ]
-}
-
-/// The tools of `session` whose calls wait (to be asked about, or to be
-/// rejected without asking): all but those that may run at once.
-pub(crate) fn require_approval(session: &Session) -> HashSet<String> {
-    let allowed = session
-        .permissions
-        .lock()
-        .map(|p| p.allow.clone())
-        .unwrap_or_default();
-    session
-        .tools
-        .specs()
-        .into_iter()
-        .filter(|spec| {
-            let policy = session.policies.of(&spec.name, spec.read_only);
-            policy == Policy::Deny || (policy == Policy::Ask && !allowed.contains(&spec.name))
-        })
-        .map(|spec| spec.name)
-        .collect()
 }
 
 /// The answers to the waiting calls among `calls`, in order: a tool denied
@@ -198,7 +85,7 @@ pub(crate) async fn ask(
         }
         let request = RequestPermissionRequest::new(
             session_id.clone(),
-            crate::session::permission_tool_call(session, call).await,
+            permission_tool_call(session, call).await,
             permission_options(),
         );
         let response = cx.send_request(request).block_task().await?;
@@ -266,6 +153,18 @@ async fn remember(
     decision
 }
 
+/// The tool call a permission request is about: title, kind, locations,
+/// raw input and, for `write_file` and `apply_diff`, the diff it would
+/// make.
+async fn permission_tool_call(session: &Session, call: &ToolCall) -> acp::ToolCallUpdate {
+    let mut state = titles::described_state(&call.id, &call.name, &call.arguments, &session.cwd);
+    state.raw_input = Some(call.arguments.clone());
+    if let Some(diff) = session.edits.preview(&call.name, &call.arguments).await {
+        state.content = vec![diff];
+    }
+    acp::ToolCallUpdate::from(convert::tool_call(&state))
+}
+
 fn rejected() -> Decision {
     Decision::Deny {
         reason: Some("the user rejected it".into()),
@@ -275,21 +174,5 @@ fn rejected() -> Decision {
 pub(crate) fn cancelled_decision() -> Decision {
     Decision::Deny {
         reason: Some("cancelled".into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn read_only_tools_are_allowed_unless_configured() {
-        let mut policies = Policies::default();
-        assert_eq!(policies.of("read_file", true), Policy::Allow);
-        assert_eq!(policies.of("run_command", false), Policy::Ask);
-        policies.0.insert("run_command".into(), Policy::Allow);
-        policies.0.insert("read_file".into(), Policy::Deny);
-        assert_eq!(policies.of("run_command", false), Policy::Allow);
-        assert_eq!(policies.of("read_file", true), Policy::Deny);
     }
 }

@@ -13,14 +13,16 @@ use agent_client_protocol::v1::schema::{
 };
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
-    StopReason, ToolCall, ToolCallContent, ToolCallId, ToolCallState, ToolCallStatus,
+    StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
 };
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 use toolwire_tools::builtin::UPDATE_PLAN;
 
+use crate::errors::{internal, invalid_params};
 use crate::permissions::ask;
+use crate::state::Session;
 use crate::updates::{Updates, add_metrics};
-use crate::{Session, convert, internal, titles};
+use crate::{convert, titles};
 
 /// Runs the prompt's turn to its end and says how the prompt is answered.
 /// A turn that pauses for approval asks the client about each waiting
@@ -50,7 +52,7 @@ pub(crate) async fn run_prompt(
         .await
         .map_err(|e| match e {
             EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. } => {
-                crate::invalid_params(e.to_string())
+                invalid_params(e.to_string())
             }
             e => internal(e),
         })?;
@@ -116,7 +118,7 @@ pub(crate) async fn run_prompt(
     if let Ok(mut total) = session.metrics.lock() {
         add_metrics(&mut total, &updates.metrics());
     }
-    tracing::debug!(session = %session_id.0, "{}", crate::session_metrics_line(&updates.metrics()));
+    tracing::debug!(session = %session_id.0, "{}", crate::updates::session_metrics_line(&updates.metrics()));
     flushed?;
     result
 }
@@ -252,34 +254,6 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// The tool call a permission request is about: title, kind, locations,
-/// raw input and, for `write_file` and `apply_diff`, the diff it would
-/// make.
-pub(crate) async fn permission_tool_call(
-    session: &Session,
-    call: &ToolCall,
-) -> acp::ToolCallUpdate {
-    let mut state = described_state(&call.id, &call.name, &call.arguments, &session.cwd);
-    state.raw_input = Some(call.arguments.clone());
-    if let Some(diff) = session.edits.preview(&call.name, &call.arguments).await {
-        state.content = vec![diff];
-    }
-    acp::ToolCallUpdate::from(convert::tool_call(&state))
-}
-
-/// A call's state with the title, kind and locations its arguments give.
-fn described_state(
-    id: &ToolCallId,
-    name: &str,
-    args: &serde_json::Value,
-    cwd: &Path,
-) -> ToolCallState {
-    let d = titles::describe(name, args, cwd);
-    let mut state = ToolCallState::new(id.clone(), d.title, d.kind);
-    state.locations = d.locations;
-    state
-}
-
 /// The session updates that show `messages` (a conversation's active
 /// branch) again, for `session/load`: user and agent text, reasoning,
 /// each tool call once with its final status and result, and each plan
@@ -337,7 +311,7 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
                         ..
                     },
                 ) => {
-                    let mut state = described_state(id, name, arguments, cwd);
+                    let mut state = titles::described_state(id, name, arguments, cwd);
                     state.raw_input = Some(arguments.clone());
                     if let Some((text, is_error)) = results.get(id) {
                         state.status = if *is_error {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use toolwire_core::{Location, ToolKind, kind_of};
+use toolwire_core::{Location, ToolCallId, ToolCallState, ToolKind, kind_of};
 
 /// Titles longer than this are cut (a command can be a whole script).
 const MAX_TITLE: usize = 80;
@@ -124,6 +124,19 @@ pub fn absolute(cwd: &Path, path: &str) -> String {
         }
     }
     clean.display().to_string()
+}
+
+/// A call's state with the title, kind and locations its arguments give.
+pub(crate) fn described_state(
+    id: &ToolCallId,
+    name: &str,
+    args: &serde_json::Value,
+    cwd: &Path,
+) -> ToolCallState {
+    let d = describe(name, args, cwd);
+    let mut state = ToolCallState::new(id.clone(), d.title, d.kind);
+    state.locations = d.locations;
+    state
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@ use toolwire_core::{
     ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError, TrackerMetrics,
 };
 
-use crate::{Session, convert, notify, titles};
+use crate::state::Session;
+use crate::{convert, notify, titles};
 use toolwire_core::tool_events::{failure_text, result_text};
 use toolwire_tools::builtin::UPDATE_PLAN;
 

@@ -173,7 +173,7 @@ impl Chat {
                 let leaf = leaves.get(n.wrapping_sub(1)).with_context(|| {
                     format!("there is no branch {n}; /branches lists {}", leaves.len())
                 })?;
-                store.set_active_leaf(conversation, leaf.id).await?;
+                self.engine.set_active_leaf(conversation, leaf.id).await?;
                 eprintln!("(on branch {n}: {})", leaf.summary(70));
             }
             "edit" => {
@@ -189,7 +189,7 @@ impl Chat {
             }
             "fork" => {
                 let leaf = store.conversation(conversation).await?.active_leaf;
-                let fork = store.fork(leaf).await?;
+                let fork = self.engine.fork(leaf).await?;
                 self.open(fork.id);
             }
             "new" => {

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::ToolCall;
 use crate::ids::{ConversationId, MessageId, RunId, ToolCallId};
+use crate::tool_spec::ToolCall;
 
 /// Why a call does not run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ use crate::approval::{Decision, GatedCall};
 use crate::ids::{ConversationId, MessageId, RunId, ToolCallId};
 use crate::message::{Message, Usage};
 use crate::notification::Notice;
+use crate::tool_spec::ToolCall;
 
 /// Why a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,20 +89,6 @@ pub enum Progress {
         /// The places, most relevant first.
         locations: Vec<Location>,
     },
-}
-
-/// A tool call as the model wrote it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The call's id, as the model gave it.
-    pub id: ToolCallId,
-    /// The MCP server the tool belongs to, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
-    /// The tool's name.
-    pub name: String,
-    /// The arguments, a JSON object.
-    pub arguments: Value,
 }
 
 /// One happening in a conversation. Every event is stored before it is

@@ -31,7 +31,7 @@ pub mod tool_spec;
 pub mod tree;
 
 pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
-pub use event::{AgentEvent, Location, Progress, StopReason, ToolCall};
+pub use event::{AgentEvent, Location, Progress, StopReason};
 pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
 pub use message::{
     ContentBlock, Message, MessageStatus, NOT_RUN_AFTER_STOP, Priority, Role, Usage,
@@ -46,5 +46,5 @@ pub use tool_call::{
     ToolCallStatus, ToolCallTracker, ToolKind, TrackerConfig, TrackerError, TrackerMetrics,
 };
 pub use tool_events::{ToolCallChange, kind_of};
-pub use tool_spec::ToolSpec;
+pub use tool_spec::{ToolCall, ToolSpec};
 pub use tree::{Conversation, ConversationTree, ForkOrigin, TreeError};

@@ -209,9 +209,9 @@ pub fn changes(event: &AgentEvent) -> Vec<ToolCallChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ToolCall;
     use crate::ids::{ConversationId, MessageId, RunId};
     use crate::message::Role;
+    use crate::tool_spec::ToolCall;
     use serde_json::json;
 
     #[test]

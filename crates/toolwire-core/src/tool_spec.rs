@@ -1,7 +1,11 @@
-//! What a model is told about a tool: shared by the tools that have one
-//! and the providers that write it in their wire format.
+//! What a model is told about a tool, and a call the model makes of it:
+//! shared by the tools, the providers that write both in their wire
+//! format, and the events and paused turns that carry calls.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::ids::ToolCallId;
 
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,4 +20,18 @@ pub struct ToolSpec {
     pub parameters: Value,
     /// The tool only reads (no side effects): safe to run without asking.
     pub read_only: bool,
+}
+
+/// A tool call as the model wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, as the model gave it.
+    pub id: ToolCallId,
+    /// The MCP server the tool belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, a JSON object.
+    pub arguments: Value,
 }

@@ -16,6 +16,7 @@ use toolwire_store::{InstanceRecord, Store, StoredEvent};
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
+use crate::conversation_lock::{ConversationLocks, Held};
 use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
 use crate::instance::{self, Registration};
@@ -110,6 +111,8 @@ struct Inner {
     _keeper: Keeper,
     /// Set once the engine stops taking turns; counts the running ones.
     stopping: Stopping,
+    /// Held by a turn's start and by a change to a conversation (`edit`).
+    edits: ConversationLocks,
 }
 
 impl Inner {
@@ -208,6 +211,7 @@ impl Engine {
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
             stopping: Stopping::default(),
+            edits: ConversationLocks::default(),
         });
         Ok(Engine { inner })
     }
@@ -268,6 +272,10 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    pub(crate) fn conversation_locks(&self) -> &ConversationLocks {
+        &self.inner.edits
     }
 
     pub fn tools(&self) -> &ToolRegistry {
@@ -499,6 +507,9 @@ impl Engine {
         options: TurnOptions,
         origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
+        // The leaf is read under the lock the turn starts under, so that
+        // no change of it (`edit`) comes between.
+        let editing = self.inner.edits.hold(conversation).await;
         let parent = match parent {
             Some(p) => p,
             None => self.active_leaf(conversation).await?,
@@ -512,8 +523,14 @@ impl Engine {
             });
         }
         let user = user_message(conversation, parent, text);
-        self.start_turn(conversation, turn::Start::User(user), options, origin)
-            .await
+        self.start_turn_held(
+            editing,
+            conversation,
+            turn::Start::User(user),
+            options,
+            origin,
+        )
+        .await
     }
 
     /// The options of the turns this engine starts itself in
@@ -763,6 +780,20 @@ impl Engine {
         options: TurnOptions,
         origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
+        // Not while a change to the conversation is being made (`edit`).
+        let editing = self.inner.edits.hold(conversation).await;
+        self.start_turn_held(editing, conversation, start, options, origin)
+            .await
+    }
+
+    async fn start_turn_held(
+        &self,
+        editing: Held,
+        conversation: ConversationId,
+        start: turn::Start,
+        options: TurnOptions,
+        origin: Origin,
+    ) -> Result<TurnHandle, EngineError> {
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
         {
@@ -793,6 +824,7 @@ impl Engine {
                 self.inner.remembered.set(conversation, options.clone());
             }
         }
+        drop(editing);
         self.spawn_turn(conversation, run_id, cancel, start, options)
             .await
     }

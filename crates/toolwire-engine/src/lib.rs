@@ -17,6 +17,11 @@
 //! output whatever the server does (`StreamLimits`, `max_step_*`); a panic
 //! in a turn ends it with an error and releases its conversation.
 //!
+//! The engine owns every change to a conversation: front doors read the
+//! store, and write through [`Engine`] (turns; `fork`, `set_active_leaf`,
+//! `set_system_prompt`, refused while a turn runs, `edit.rs`; their own
+//! records, `records.rs`).
+//!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
 //! `follow`), [`TurnOptions`], [`watch::start`] (the workspace's file
 //! watcher, a notification source).
@@ -24,11 +29,14 @@
 mod approval;
 mod bus;
 mod config;
+mod conversation_lock;
+mod edit;
 mod engine;
 mod error;
 mod follow;
 mod instance;
 pub mod notify;
+mod records;
 mod recover;
 mod remembered;
 mod shutdown;

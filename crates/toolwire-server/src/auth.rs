@@ -47,7 +47,7 @@ pub async fn require_key(
             "an API key is required: send `Authorization: Bearer KEY`",
         ),
     };
-    crate::drain_body(request, state.settings.body_limit).await;
+    crate::extract::drain_body(request, state.settings.body_limit).await;
     Err(refusal)
 }
 

@@ -120,3 +120,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
         })
     }
 }
+
+/// Reads and drops a refused request's body: an unread body left on the
+/// connection makes hyper close it, and a client that reuses it (Letta's
+/// SDKs do) then fails its next request.
+pub(crate) async fn drain_body(request: axum::extract::Request, limit: usize) {
+    let _ = axum::body::to_bytes(request.into_body(), limit).await;
+}

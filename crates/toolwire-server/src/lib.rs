@@ -9,8 +9,12 @@
 //! server's life (bind, serve within connection limits, graceful
 //! shutdown).
 //!
+//! Agent and tool records, and the turn options derived from them, are
+//! [`agents`], which both doors render from.
+//!
 //! **Invariants.** Letta's JSON shapes are built here and only here, from
-//! core types; the engine never sees them. A request that cannot be served
+//! core types; the engine never sees them. Handlers read the store and
+//! change nothing in it but through the engine. A request that cannot be served
 //! gets a JSON error with a status, a code and a message before any byte
 //! of a stream; nothing a request does can lose stored data. Without API
 //! keys the server refuses to listen beyond loopback. No request reaches a
@@ -20,9 +24,12 @@
 //!
 //! **Entry points.** [`router`], [`serve`], [`AppState`], [`ServerSettings`].
 
+pub mod agents;
 mod auth;
 mod connections;
+mod decisions;
 pub mod error;
+mod event_index;
 mod extract;
 pub mod letta;
 pub mod live;
@@ -100,15 +107,8 @@ async fn not_found(State(state): State<AppState>, request: Request) -> ApiError 
         "NOT_FOUND",
         format!("no route for {} {}", request.method(), request.uri().path()),
     );
-    drain_body(request, state.settings.body_limit).await;
+    extract::drain_body(request, state.settings.body_limit).await;
     error
-}
-
-/// Reads and drops a refused request's body: an unread body left on the
-/// connection makes hyper close it, and a client that reuses it (Letta's
-/// SDKs do) then fails its next request.
-pub(crate) async fn drain_body(request: Request, limit: usize) {
-    let _ = axum::body::to_bytes(request.into_body(), limit).await;
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops the
@@ -131,10 +131,10 @@ pub async fn serve(
         header_timeout: settings.header_timeout,
         idle_timeout: settings.idle_timeout,
     };
-    if let Err(e) = letta::agents::index_owners(&state).await {
+    if let Err(e) = agents::index_owners(&state).await {
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
     }
-    letta::approvals::arm_all(&state).await;
+    agents::approvals::arm_all(&state).await;
     // When `shutdown` fires the engine takes no new turn (each door answers
     // 503 with Retry-After) and running turns get the grace to reach their
     // next stored step, after which what runs is cut and stored as

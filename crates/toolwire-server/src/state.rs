@@ -8,6 +8,9 @@ use toolwire_store::Store;
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
+use crate::decisions::Decisions;
+use crate::event_index::EventIndex;
+
 /// How the server behaves.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -84,12 +87,21 @@ pub struct AppState {
     /// writes it back (or its tools) holds the agent's lock.
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// What the live view keeps between requests and sockets.
-    pub(crate) live: Arc<crate::live::Shared>,
+    pub(crate) live: Arc<LiveShared>,
+}
+
+/// What the live view keeps across requests and sockets.
+#[derive(Default)]
+pub(crate) struct LiveShared {
+    /// Where each conversation's log and running turn stand.
+    pub(crate) index: Arc<EventIndex>,
+    /// Approvals given one call at a time, until every waiting call has one.
+    pub(crate) decisions: Decisions,
 }
 
 impl AppState {
     pub fn new(engine: Engine, settings: ServerSettings) -> Self {
-        let live = Arc::new(crate::live::Shared::default());
+        let live = Arc::new(LiveShared::default());
         engine.observe(live.index.clone());
         AppState {
             engine,

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolwire_core::{AgentEvent, ConversationId};
+use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{
     HttpSettings, Provider, RetryPolicy, Script, ScriptedProvider, StreamLimits,
 };
-use toolwire_tools::ToolRegistry;
-use toolwire_engine::{Engine, EngineConfig};
 use toolwire_store::Store;
+use toolwire_tools::ToolRegistry;
 
 /// The scripted provider playing `yaml` (see `Script::parse`).
 pub fn script(yaml: &str) -> Arc<ScriptedProvider> {

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use toolwire_tools::confined::{Mode, Sandbox};
 pub use toolwire_test_support::*;
+use toolwire_tools::confined::{Mode, Sandbox};
 
 /// A sandbox in `mode` through this crate's helper binary (the default
 /// limits), with or without the network, protecting `protected`.

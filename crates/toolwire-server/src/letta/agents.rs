@@ -1,83 +1,25 @@
-//! `/v1/agents`: an agent is a name, a system prompt, a model, its tools
-//! and their approval rules, over one conversation of the engine (its
-//! message history is that conversation's active branch).
+//! `/v1/agents`: an agent (`crate::agents`) as Letta serves it; its
+//! system prompt is its conversation's root, its message history that
+//! conversation's active branch.
 
 use std::collections::{BTreeMap, HashSet};
 
 use axum::Json;
 use axum::extract::{Path, State};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
+use serde::Deserialize;
 use serde_json::{Value, json};
-use toolwire_core::{ContentBlock, ConversationId};
+use toolwire_engine::EngineError;
 
+use crate::agents::ids::new_id;
+use crate::agents::options::refresh_options;
+use crate::agents::tools::{ToolRecord, all_tools};
+use crate::agents::{self, AgentRecord, KIND, load};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::letta::ids::{check_id, new_id};
-use crate::letta::messages::refresh_options;
 use crate::letta::page::{Order, PageQuery};
-use crate::letta::tools::{ToolRecord, all_tools};
+use crate::letta::tools::tool_json;
 use crate::state::AppState;
-
-const KIND: &str = "agent";
-
-/// An agent as stored.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AgentRecord {
-    pub id: String,
-    pub name: String,
-    pub description: Option<String>,
-    pub model: Option<String>,
-    pub tool_ids: Vec<String>,
-    /// Letta's tool rules, kept as given; `requires_approval` rules are
-    /// the ones toolwire acts on.
-    pub tool_rules: Vec<Value>,
-    pub tags: Vec<String>,
-    pub metadata: Option<Value>,
-    /// Memory blocks, kept and served (not compiled into the prompt).
-    pub memory_blocks: Vec<Value>,
-    pub conversation_id: ConversationId,
-    /// Per-tool approval set with `PATCH …/tools/approval/{tool_name}`;
-    /// wins over rules and the tool's default.
-    #[serde(default)]
-    pub approvals: BTreeMap<String, bool>,
-    /// Waiting calls are denied ("timed out") after this many seconds.
-    #[serde(default)]
-    pub approval_timeout_seconds: Option<u64>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl AgentRecord {
-    /// Whether a call of `tool` waits for approval.
-    pub fn requires_approval(&self, tool: &ToolRecord) -> bool {
-        if let Some(flag) = self.approvals.get(&tool.name) {
-            return *flag;
-        }
-        let by_rule = self.tool_rules.iter().any(|rule| {
-            rule.get("type").and_then(Value::as_str) == Some("requires_approval")
-                && rule.get("tool_name").and_then(Value::as_str) == Some(tool.name.as_str())
-        });
-        by_rule || tool.default_requires_approval
-    }
-
-    /// The agent's tools (those still defined), in `tool_ids` order.
-    pub fn tools<'a>(&self, all: &'a [ToolRecord]) -> Vec<&'a ToolRecord> {
-        self.tool_ids
-            .iter()
-            .filter_map(|id| all.iter().find(|t| &t.id == id))
-            .collect()
-    }
-
-    /// Names of this agent's tools that wait for approval.
-    pub fn approval_set(&self, all: &[ToolRecord]) -> HashSet<String> {
-        self.tools(all)
-            .into_iter()
-            .filter(|t| self.requires_approval(t))
-            .map(|t| t.name.clone())
-            .collect()
-    }
-}
 
 /// What `POST`/`PATCH /v1/agents` accept. Letta has many more fields;
 /// the ones toolwire has no use for are accepted and ignored.
@@ -96,83 +38,6 @@ pub struct AgentFields {
     metadata: Option<Value>,
     memory_blocks: Option<Vec<Value>>,
     approval_timeout_seconds: Option<u64>,
-}
-
-pub async fn load(state: &AppState, id: &str) -> ApiResult<AgentRecord> {
-    check_id(KIND, id)?;
-    let doc = state
-        .store()
-        .document(KIND, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("agent", id))?;
-    serde_json::from_value(doc.body)
-        .map_err(|e| ApiError::internal(format!("agent {id} is unreadable: {e}")))
-}
-
-/// The documents that say which agent owns a conversation (id: the
-/// conversation's), so that finding a conversation's agent does not read
-/// every agent. An agent's conversation never changes.
-const BY_CONVERSATION: &str = "agent_by_conversation";
-
-/// The id of the agent that owns `conversation`, if one does.
-pub(crate) async fn owner_id(
-    state: &AppState,
-    conversation: ConversationId,
-) -> ApiResult<Option<String>> {
-    let Some(doc) = state
-        .store()
-        .document(BY_CONVERSATION, &conversation.to_string())
-        .await?
-    else {
-        return Ok(None);
-    };
-    Ok(doc
-        .body
-        .get("agent_id")
-        .and_then(Value::as_str)
-        .map(str::to_owned))
-}
-
-async fn index_owner(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
-    state
-        .store()
-        .put_document(
-            BY_CONVERSATION,
-            &agent.conversation_id.to_string(),
-            &json!({"agent_id": agent.id}),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Writes the owner documents of agents stored without one (by a version
-/// before them, or by a process that stopped between the two writes of a
-/// create). Run at start-up, before requests are served.
-pub(crate) async fn index_owners(state: &AppState) -> ApiResult<()> {
-    let indexed: HashSet<String> = state
-        .store()
-        .documents(BY_CONVERSATION)
-        .await?
-        .into_iter()
-        .map(|doc| doc.id)
-        .collect();
-    for doc in state.store().documents(KIND).await? {
-        // An unreadable agent is refused by every route already.
-        let Ok(agent) = serde_json::from_value::<AgentRecord>(doc.body) else {
-            continue;
-        };
-        if !indexed.contains(&agent.conversation_id.to_string()) {
-            index_owner(state, &agent).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn store(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
-    let body = serde_json::to_value(agent)
-        .map_err(|e| ApiError::internal(format!("an agent cannot be stored: {e}")))?;
-    state.store().put_document(KIND, &agent.id, &body).await?;
-    Ok(())
 }
 
 /// The tool ids `fields` names (ids and names), each checked to exist.
@@ -208,11 +73,7 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         .model
         .clone()
         .unwrap_or_else(|| state.engine.model().to_owned());
-    let tools: Vec<Value> = agent
-        .tools(&all)
-        .into_iter()
-        .map(ToolRecord::to_json)
-        .collect();
+    let tools: Vec<Value> = agent.tools(&all).into_iter().map(tool_json).collect();
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
@@ -266,8 +127,8 @@ pub async fn create(
         .system
         .unwrap_or_else(|| state.engine.config().system_prompt.clone());
     let conversation = state
-        .store()
-        .create_conversation(&system, Some(&name))
+        .engine
+        .create_conversation_with(&system, Some(&name))
         .await?;
     let now = Utc::now();
     let agent = AgentRecord {
@@ -286,8 +147,7 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
-    store(&state, &agent).await?;
-    index_owner(&state, &agent).await?;
+    agents::create(&state, &agent).await?;
     refresh_options(&state, &agent).await?;
     tracing::info!(agent = %agent.id, name = %agent.name, conversation = %agent.conversation_id, "agent created");
     Ok(Json(agent_json(&state, &agent).await?))
@@ -301,36 +161,16 @@ pub struct ListQuery {
     tags: Option<String>,
 }
 
-/// Tells the engine the tools and approvals of every agent that has tool
-/// `tool_id`, after the tool changed (its code, its default approval) or
-/// went: see [`refresh_options`].
-pub(crate) async fn refresh_users_of(state: &AppState, tool_id: &str) -> ApiResult<()> {
-    for doc in state.store().documents(KIND).await? {
-        let agent: AgentRecord = serde_json::from_value(doc.body)
-            .map_err(|e| ApiError::internal(format!("agent {} is unreadable: {e}", doc.id)))?;
-        if agent.tool_ids.iter().any(|id| id == tool_id) {
-            refresh_options(state, &agent).await?;
-        }
-    }
-    Ok(())
-}
-
 pub async fn list(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let mut agents = Vec::new();
-    for doc in state.store().documents(KIND).await? {
-        let agent: AgentRecord = serde_json::from_value(doc.body)
-            .map_err(|e| ApiError::internal(format!("agent {} is unreadable: {e}", doc.id)))?;
-        if query.name.as_ref().is_some_and(|n| &agent.name != n) {
-            continue;
-        }
-        if query.tags.as_ref().is_some_and(|t| !agent.tags.contains(t)) {
-            continue;
-        }
-        agents.push(agent);
-    }
+    let agents: Vec<AgentRecord> = agents::all(&state)
+        .await?
+        .into_iter()
+        .filter(|a| query.name.as_ref().is_none_or(|n| &a.name == n))
+        .filter(|a| query.tags.as_ref().is_none_or(|t| a.tags.contains(t)))
+        .collect();
     let page = query.page.page(agents, |a| a.id.as_str(), Order::Asc, 50)?;
     let mut out = Vec::with_capacity(page.len());
     for agent in &page {
@@ -359,7 +199,11 @@ pub async fn update(
         agent.tool_ids = ids;
     }
     if let Some(system) = &fields.system {
-        set_system(&state, agent.conversation_id, system).await?;
+        state
+            .engine
+            .set_system_prompt(agent.conversation_id, system)
+            .await
+            .map_err(busy_prompt)?;
     }
     if let Some(name) = fields.name {
         agent.name = name;
@@ -386,25 +230,23 @@ pub async fn update(
         agent.approval_timeout_seconds = Some(t);
     }
     agent.updated_at = Utc::now();
-    store(&state, &agent).await?;
+    agents::save(&state, &agent).await?;
     refresh_options(&state, &agent).await?;
     Ok(Json(agent_json(&state, &agent).await?))
 }
 
-/// Rewrites the conversation's root: the system prompt the model sees on
-/// every branch.
-async fn set_system(state: &AppState, conversation: ConversationId, system: &str) -> ApiResult<()> {
-    let root_id = state.store().conversation(conversation).await?.root_id;
-    let mut root = state.store().message(root_id).await?;
-    root.content = if system.is_empty() {
-        Vec::new()
-    } else {
-        vec![ContentBlock::Text {
-            text: system.to_owned(),
-        }]
-    };
-    state.store().update(&root).await?;
-    Ok(())
+/// A running turn keeps the prompt it began with: the edit is refused
+/// (before anything of the request is stored) rather than changing it
+/// between two of its steps.
+fn busy_prompt(e: EngineError) -> ApiError {
+    match e {
+        EngineError::TurnInProgress(_) => ApiError::conflict(
+            "CONVERSATION_BUSY",
+            "Cannot change the system prompt: a request is being processed for this \
+             agent's conversation. Wait for it to finish, or cancel it.",
+        ),
+        other => other.into(),
+    }
 }
 
 pub async fn delete(
@@ -417,12 +259,7 @@ pub async fn delete(
     state
         .engine
         .forget_conversation_options(agent.conversation_id);
-    // The conversation stays: stored messages are never deleted.
-    state.store().delete_document(KIND, &id).await?;
-    state
-        .store()
-        .delete_document(BY_CONVERSATION, &agent.conversation_id.to_string())
-        .await?;
+    agents::delete(&state, &agent).await?;
     tracing::info!(agent = %id, "agent deleted");
     Ok(Json(json!({})))
 }
@@ -459,7 +296,7 @@ pub async fn set_approval(
     }
     agent.approvals.insert(tool_name, flag);
     agent.updated_at = Utc::now();
-    store(&state, &agent).await?;
+    agents::save(&state, &agent).await?;
     refresh_options(&state, &agent).await?;
     Ok(Json(agent_json(&state, &agent).await?))
 }

@@ -18,13 +18,12 @@ use toolwire_core::{Decision, ToolCallId};
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 use toolwire_tools::ToolSpec;
 
+use crate::agents::options::{agent_options, refresh_options};
+use crate::agents::{self, AgentRecord, approvals};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::letta::agents::{self, AgentRecord};
-use crate::letta::approvals;
 use crate::letta::page::{Order, PageQuery};
 use crate::letta::render::{self, LiveRenderer, RunEnd};
-use crate::letta::tools::{all_tools, registry};
 use crate::state::AppState;
 
 /// A tool the client runs, declared per request.
@@ -192,38 +191,6 @@ fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
     }
     asked.text.retain(|t| !t.trim().is_empty());
     Ok(asked)
-}
-
-/// The turn options of `agent`: its tools, and which of them wait for
-/// approval. Every turn of an agent's conversation runs with them (the
-/// live view's too).
-pub(crate) async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<TurnOptions> {
-    let all = all_tools(state).await?;
-    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
-    Ok(TurnOptions {
-        tools: Some(registry(state, &tools).await),
-        require_approval: agent.approval_set(&all),
-        ..TurnOptions::default()
-    })
-}
-
-/// Tells the engine `agent`'s tools and approvals (after they changed),
-/// so that the turns it starts itself (a wake) use them at once rather
-/// than those of the agent's last request. What that request added (its
-/// client tools, max_steps) is kept.
-pub(crate) async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
-    let fresh = agent_options(state, agent).await?;
-    let conversation = agent.conversation_id;
-    let remembered = state.engine.conversation_options(conversation);
-    state.engine.set_conversation_options(
-        conversation,
-        TurnOptions {
-            tools: fresh.tools,
-            require_approval: fresh.require_approval,
-            ..remembered
-        },
-    );
-    Ok(())
 }
 
 /// The turn options of `agent` for this request.

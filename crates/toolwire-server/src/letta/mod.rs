@@ -1,13 +1,10 @@
 //! The Letta-compatible API: tools, agents and their messages.
 
 pub mod agents;
-pub mod approvals;
-pub mod ids;
 pub mod messages;
 pub mod notifications;
 pub mod page;
 pub mod render;
-mod schema;
 pub mod tools;
 
 use axum::Router;

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use toolwire_core::{Incoming, Priority};
 use toolwire_engine::Notified;
 
+use crate::agents::{self, options::refresh_options};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Body;
-use crate::letta::{agents, messages};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -54,7 +54,7 @@ pub async fn create(
     // A waking source makes the engine start a turn on its own: it must
     // run with the agent's tools and approvals as they are now (and does
     // not run at all with none remembered).
-    messages::refresh_options(&state, &agent).await?;
+    refresh_options(&state, &agent).await?;
     let notified = state
         .engine
         .notify(

@@ -11,7 +11,7 @@ use toolwire_core::{
     ResolvedApproval, Role, RunId, StopReason, ToolCall, ToolCallId, Usage, format_block,
 };
 
-use crate::letta::ids::message_id;
+use crate::agents::ids::message_id;
 
 /// Letta's name for a stop reason.
 pub fn stop_reason(reason: StopReason) -> &'static str {

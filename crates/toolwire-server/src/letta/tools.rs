@@ -3,111 +3,21 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
+use serde::Deserialize;
 use serde_json::{Value, json};
-use toolwire_tools::python::{PythonTool, PythonToolDef, ToolSchemaInfo, derive_schema};
-use toolwire_tools::{ToolRegistry, ToolSpec};
+use toolwire_tools::python::derive_schema;
 
+use crate::agents::ids::{check_id, new_id};
+use crate::agents::options::refresh_users_of;
+use crate::agents::schema;
+use crate::agents::tools::{self as records, ToolRecord, all_tools, find_tool};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::letta::agents::refresh_users_of;
-use crate::letta::ids::{check_id, new_id, stable_tool_id};
 use crate::letta::page::{Order, PageQuery};
-use crate::letta::schema;
 use crate::state::AppState;
-
-const KIND: &str = "tool";
 /// The lock that keeps tool names unique.
 const NAMES_LOCK: &str = "tool-names";
-
-/// A tool as stored and served.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ToolRecord {
-    pub id: String,
-    pub name: String,
-    pub description: String,
-    /// `{name, description, parameters}` as Letta keeps it.
-    pub json_schema: Value,
-    #[serde(default)]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub default_requires_approval: bool,
-    #[serde(default)]
-    pub source_code: Option<String>,
-    #[serde(default)]
-    pub source_type: Option<String>,
-    /// `custom` (Python source), `letta_builtin` (toolwire's built-in
-    /// tools) or `external_mcp`: values of Letta's `ToolType`.
-    pub tool_type: String,
-    #[serde(default)]
-    pub return_char_limit: Option<u64>,
-    #[serde(default)]
-    pub metadata: Option<Value>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl ToolRecord {
-    /// The engine's own tool `spec` as a record (not stored unless a client
-    /// changes it).
-    fn engine_tool(spec: &ToolSpec) -> ToolRecord {
-        let epoch = DateTime::<Utc>::UNIX_EPOCH;
-        ToolRecord {
-            id: stable_tool_id(&spec.name),
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            json_schema: schema::to_json(&ToolSchemaInfo {
-                name: spec.name.clone(),
-                description: spec.description.clone(),
-                parameters: spec.parameters.clone(),
-            }),
-            tags: Vec::new(),
-            default_requires_approval: false,
-            source_code: None,
-            source_type: None,
-            tool_type: if spec.server.is_some() {
-                "external_mcp".into()
-            } else {
-                // Letta's name for tools the server itself provides.
-                "letta_builtin".into()
-            },
-            return_char_limit: None,
-            metadata: None,
-            created_at: epoch,
-            updated_at: epoch,
-        }
-    }
-
-    pub fn is_custom(&self) -> bool {
-        self.tool_type == "custom"
-    }
-
-    /// The JSON the API serves.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "name": self.name,
-            "description": self.description,
-            "json_schema": self.json_schema,
-            "args_json_schema": self.json_schema.get("parameters"),
-            "tags": self.tags,
-            "default_requires_approval": self.default_requires_approval,
-            "source_code": self.source_code,
-            "source_type": self.source_type,
-            "tool_type": self.tool_type,
-            "return_char_limit": self.return_char_limit,
-            "metadata_": self.metadata,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        })
-    }
-
-    fn from_body(body: Value) -> ApiResult<ToolRecord> {
-        serde_json::from_value(body)
-            .map_err(|e| ApiError::internal(format!("a stored tool is unreadable: {e}")))
-    }
-}
 
 /// What `POST`/`PUT`/`PATCH /v1/tools` accept. Letta's other fields
 /// (pip_requirements, npm_requirements …) are accepted and ignored:
@@ -125,77 +35,6 @@ pub struct ToolFields {
     return_char_limit: Option<u64>,
     #[serde(alias = "metadata_")]
     metadata: Option<Value>,
-}
-
-/// Every tool: the engine's, then the stored ones, oldest first. A stored
-/// record with an engine tool's id holds a client's changes to it.
-pub async fn all_tools(state: &AppState) -> ApiResult<Vec<ToolRecord>> {
-    let mut stored = Vec::new();
-    for doc in state.store().documents(KIND).await? {
-        stored.push(ToolRecord::from_body(doc.body)?);
-    }
-    let mut tools: Vec<ToolRecord> = state
-        .engine
-        .tools()
-        .specs()
-        .iter()
-        .map(|spec| {
-            let own = ToolRecord::engine_tool(spec);
-            stored
-                .iter()
-                .find(|s| s.id == own.id)
-                .cloned()
-                .unwrap_or(own)
-        })
-        .collect();
-    let engine_ids: Vec<String> = tools.iter().map(|t| t.id.clone()).collect();
-    tools.extend(stored.into_iter().filter(|s| !engine_ids.contains(&s.id)));
-    Ok(tools)
-}
-
-pub async fn find_tool(state: &AppState, id: &str) -> ApiResult<ToolRecord> {
-    all_tools(state)
-        .await?
-        .into_iter()
-        .find(|t| t.id == id)
-        .ok_or_else(|| ApiError::not_found("tool", id))
-}
-
-/// The engine tools (and Python tools built from records) behind `tools`,
-/// for one turn. Records whose tool is gone are skipped with a warning.
-pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
-    for record in tools {
-        if record.is_custom() {
-            match python_tool(state, record).await {
-                Ok(tool) => registry.register(std::sync::Arc::new(tool)),
-                Err(e) => tracing::warn!(tool = %record.name, error = %e.message, "tool left out"),
-            }
-        } else if let Some(tool) = state.engine.tools().get(&record.name) {
-            registry.register(tool.clone());
-        } else {
-            tracing::warn!(tool = %record.name, "tool is no longer available; left out");
-        }
-    }
-    registry
-}
-
-async fn python_tool(state: &AppState, record: &ToolRecord) -> ApiResult<PythonTool> {
-    let given = schema::read(&record.name, &record.json_schema)
-        .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))?;
-    let def = PythonToolDef {
-        name: record.name.clone(),
-        description: record.description.clone(),
-        source_code: record.source_code.clone().unwrap_or_default(),
-        schema: Some(given),
-    };
-    PythonTool::new(
-        def,
-        state.settings.python.clone(),
-        state.settings.python_sandbox.clone(),
-    )
-    .await
-    .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
 }
 
 /// The name of the last top-level function of `source` (Letta's rule for
@@ -318,24 +157,30 @@ async fn build(
     Ok(record)
 }
 
-/// Stores `record` unless another tool has its name.
+/// A tool's JSON (Letta's `Tool`).
+pub fn tool_json(record: &ToolRecord) -> Value {
+    json!({
+        "id": record.id,
+        "name": record.name,
+        "description": record.description,
+        "json_schema": record.json_schema,
+        "args_json_schema": record.json_schema.get("parameters"),
+        "tags": record.tags,
+        "default_requires_approval": record.default_requires_approval,
+        "source_code": record.source_code,
+        "source_type": record.source_type,
+        "tool_type": record.tool_type,
+        "return_char_limit": record.return_char_limit,
+        "metadata_": record.metadata,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+    })
+}
+
+/// Stores `record` (unless another tool has its name); the agents that
+/// have it get it in their next turns, and the engine's own.
 async fn save(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
-    if let Some(other) = all_tools(state)
-        .await?
-        .into_iter()
-        .find(|t| t.name == record.name && t.id != record.id)
-    {
-        return Err(ApiError::conflict(
-            "TOOL_NAME_TAKEN",
-            format!(
-                "a tool named `{}` exists already ({})",
-                record.name, other.id
-            ),
-        ));
-    }
-    let body = serde_json::to_value(record)
-        .map_err(|e| ApiError::internal(format!("a tool cannot be stored: {e}")))?;
-    state.store().put_document(KIND, &record.id, &body).await?;
+    records::save(state, record).await?;
     refresh_users_of(state, &record.id).await
 }
 
@@ -347,7 +192,7 @@ pub async fn create(
     let record = build(&state, fields, None).await?;
     save(&state, &record).await?;
     tracing::info!(tool = %record.name, id = %record.id, "tool created");
-    Ok(Json(record.to_json()))
+    Ok(Json(tool_json(&record)))
 }
 
 /// `PUT /v1/tools`: creates the tool, or updates the one of the same name.
@@ -380,7 +225,7 @@ pub async fn upsert(
         None => build(&state, fields, None).await?,
     };
     save(&state, &record).await?;
-    Ok(Json(record.to_json()))
+    Ok(Json(tool_json(&record)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -407,7 +252,7 @@ pub async fn list(
         })
         .collect();
     let page = query.page.page(tools, |t| t.id.as_str(), Order::Asc, 50)?;
-    Ok(Json(page.iter().map(ToolRecord::to_json).collect()))
+    Ok(Json(page.iter().map(tool_json).collect()))
 }
 
 pub async fn retrieve(
@@ -415,7 +260,7 @@ pub async fn retrieve(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     check_id("tool", &id)?;
-    Ok(Json(find_tool(&state, &id).await?.to_json()))
+    Ok(Json(tool_json(&find_tool(&state, &id).await?)))
 }
 
 pub async fn update(
@@ -428,7 +273,7 @@ pub async fn update(
     let existing = find_tool(&state, &id).await?;
     let record = build(&state, fields, Some(existing)).await?;
     save(&state, &record).await?;
-    Ok(Json(record.to_json()))
+    Ok(Json(tool_json(&record)))
 }
 
 pub async fn delete(
@@ -445,7 +290,7 @@ pub async fn delete(
             record.name
         )));
     }
-    state.store().delete_document(KIND, &id).await?;
+    records::delete(&state, &record).await?;
     refresh_users_of(&state, &id).await?;
     Ok(Json(json!({})))
 }

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId};
 use toolwire_engine::{EngineError, Follower, TurnHandle};
 
+use crate::agents::{self, owner::Owner};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::live::owner::{self, Owner};
 use crate::live::tree;
 use crate::state::AppState;
 
@@ -79,7 +79,7 @@ async fn message_of(
 /// `GET /v1/conversations`: newest first.
 pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     let summaries = state.store().list_conversations().await?;
-    let agents = owner::agents(&state).await?;
+    let agents = agents::readable(&state).await?;
     let conversations: Vec<Value> = summaries
         .iter()
         .map(|s| {
@@ -332,7 +332,7 @@ pub async fn fork(
     let id = conversation_id(&id)?;
     let mid = body_message_id("message_id", &req.message_id)?;
     message_of(&state, id, mid).await?;
-    let forked = state.store().fork(mid).await?;
+    let forked = state.engine.fork(mid).await.map_err(turn_error)?;
     Ok((StatusCode::CREATED, Json(tree::summary(&forked, None))).into_response())
 }
 
@@ -346,12 +346,12 @@ pub async fn set_active_leaf(
     let mid = body_message_id("message_id", &req.message_id)?;
     message_of(&state, id, mid).await?;
     let _owner = Owner::lock(&state, id).await?;
-    // A running turn writes on from the leaf it has: moving it now would
-    // hang its next message on a branch the user left.
-    if state.engine.is_running(id) {
-        return Err(turn_error(EngineError::TurnInProgress(id)));
-    }
-    state.store().set_active_leaf(id, mid).await?;
+    // Refused while a turn runs (the engine's rule, `Engine::set_active_leaf`).
+    state
+        .engine
+        .set_active_leaf(id, mid)
+        .await
+        .map_err(turn_error)?;
     let last = state.live.index.last_seq(&state.engine, id).await?;
     Ok(Json(tree::tree(&state, id, last).await?))
 }

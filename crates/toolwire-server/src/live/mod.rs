@@ -2,31 +2,17 @@
 //! this file): conversations as trees over REST, and each conversation's
 //! events, as they are stored, over a WebSocket.
 
-pub mod approvals;
 pub mod conversations;
 pub mod frames;
-pub mod index;
-pub mod owner;
 /// The web page, served at `/` without a key (its API calls carry one).
 pub mod page;
 pub mod socket;
 pub mod tree;
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::routing::{get, post, put};
 
 use crate::state::AppState;
-
-/// What the live view keeps across requests and sockets.
-#[derive(Default)]
-pub struct Shared {
-    /// Where each conversation's log and running turn stand.
-    pub(crate) index: Arc<index::EventIndex>,
-    /// Approvals given one call at a time, until every waiting call has one.
-    pub(crate) decisions: approvals::Decisions,
-}
 
 /// The `/v1/conversations` routes.
 pub fn routes() -> Router<AppState> {

@@ -22,11 +22,12 @@ use toolwire_core::{ConversationId, Decision, ToolCallId};
 use toolwire_engine::{EngineError, Follower, Interjection, Responded};
 use toolwire_store::StoredEvent;
 
+use crate::agents::options;
+use crate::agents::owner::Owner;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
 use crate::live::conversations::conversation_id;
 use crate::live::frames::{self, Renderer};
-use crate::live::owner::{self, Owner};
 use crate::live::tree;
 use crate::state::AppState;
 
@@ -317,7 +318,7 @@ async fn interject(state: &AppState, conversation: ConversationId, text: &str) -
     }
     // The interjection may start a turn of the engine's own: with the
     // agent's options as they are now.
-    owner::refresh(state, conversation).await?;
+    options::refresh(state, conversation).await?;
     if state.engine.is_running(conversation) {
         // Should the turn have ended meanwhile, this starts the next one
         // (with the options of the conversation's last turn: the engine
@@ -391,7 +392,7 @@ async fn cancel(state: &AppState, conversation: ConversationId) -> ApiResult<()>
     state.live.decisions.clear(conversation);
     // Ending the pause starts a turn of the engine's own: with the agent's
     // options as they are now.
-    owner::refresh(state, conversation).await?;
+    options::refresh(state, conversation).await?;
     let running = state.engine.cancel(conversation);
     match state
         .engine

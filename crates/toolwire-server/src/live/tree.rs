@@ -8,8 +8,8 @@ use toolwire_core::{ContentBlock, Conversation, ConversationId, Message, Message
 
 use toolwire_store::StoreError;
 
+use crate::agents::AgentRecord;
 use crate::error::ApiResult;
-use crate::letta::agents::AgentRecord;
 use crate::state::AppState;
 
 /// Characters of a node's text its summary keeps.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use toolwire_engine::EngineConfig;
+use toolwire_server::{AppState, ServerSettings};
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::confined::Policy;
-use toolwire_server::{AppState, ServerSettings};
 
 pub struct Server {
     pub addr: SocketAddr,

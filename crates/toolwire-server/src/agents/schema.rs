@@ -1,6 +1,8 @@
-//! Letta's `json_schema` of a tool: the function schema `{name,
-//! description, parameters}`, as Letta stores and serves it. A client may
-//! also send the arguments schema alone.
+//! A tool record's `json_schema`: the function schema `{name,
+//! description, parameters}`, the shape Letta stores and serves (tool
+//! records are kept in it so the Letta door serves them as stored). A
+//! client may also send the arguments schema alone. The tools crate knows
+//! only the wire-neutral `ToolSchemaInfo`.
 
 use serde_json::{Value, json};
 use toolwire_tools::python::{PythonToolError, ToolSchemaInfo};

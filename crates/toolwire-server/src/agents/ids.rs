@@ -1,4 +1,4 @@
-//! Letta-style ids: a kind prefix and a UUID (`agent-…`, `tool-…`,
+//! Record ids, in Letta's style: a kind prefix and a UUID (`agent-…`, `tool-…`,
 //! `message-…`), parsed back with an error that names what was wrong.
 
 use toolwire_core::MessageId;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use toolwire_core::Decision;
 use toolwire_engine::Responded;
 
-use crate::letta::agents;
+use crate::agents::{self, options};
 use crate::state::AppState;
 
 /// Arms the timeout of `agent_id`'s pause, if it has both: a task that
@@ -81,7 +81,7 @@ async fn expire(
             )
         })
         .collect();
-    let options = crate::letta::messages::agent_options(state, &agent).await?;
+    let options = options::agent_options(state, &agent).await?;
     tracing::info!(agent = %agent_id, "approval timed out; denying the waiting calls");
     match state
         .engine
@@ -99,7 +99,7 @@ async fn expire(
 
 /// Arms the timeouts of every agent with a pause (at start-up).
 pub async fn arm_all(state: &AppState) {
-    let Ok(docs) = state.store().documents("agent").await else {
+    let Ok(docs) = state.store().documents(agents::KIND).await else {
         return;
     };
     for doc in docs {

@@ -1,0 +1,102 @@
+//! One open ACP session: its conversation, its tools and the editor side
+//! of them, its permissions, and whether a prompt runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::schema::McpServer;
+use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
+use toolwire_engine::TurnOptions;
+use toolwire_engine::watch::WatchHandle;
+use toolwire_tools::ToolRegistry;
+use toolwire_tools::builtin;
+
+use crate::policy::{self, Permissions, Policies};
+use crate::{edits, terminal};
+
+/// One ACP session: its conversation and its tools.
+#[derive(Clone)]
+pub(crate) struct Session {
+    pub(crate) conversation: ConversationId,
+    pub(crate) tools: ToolRegistry,
+    /// The editor terminals of running `run_command` calls.
+    pub(crate) terminals: terminal::Terminals,
+    /// The root of the built-in tools.
+    pub(crate) cwd: PathBuf,
+    /// What edit previews read: the built-in tools' sandbox (the paths
+    /// an edit preview may read) and the editor's buffers.
+    pub(crate) edits: edits::EditView,
+    /// The diffs of its edits that ran, for their calls' final updates.
+    pub(crate) diffs: edits::Diffs,
+    /// The session's "always" answers (stored, so a loaded session keeps
+    /// them).
+    pub(crate) permissions: Arc<Mutex<Permissions>>,
+    /// Set by `session/cancel`; the running prompt answers `cancelled`.
+    pub(crate) cancelled: Arc<AtomicBool>,
+    /// A prompt is running (one at a time: a second is refused, and
+    /// leaves the first one's cancel alone).
+    pub(crate) prompting: Arc<AtomicBool>,
+    /// The configured per-tool policies.
+    pub(crate) policies: Policies,
+    /// How its tool calls are sent (the settings, and what the client
+    /// asked for).
+    pub(crate) tracker: TrackerConfig,
+    /// What its tool call updates cost, over all its prompts.
+    pub(crate) metrics: Arc<Mutex<TrackerMetrics>>,
+    /// The client's MCP servers, to open the session again once parked.
+    pub(crate) mcp_servers: Arc<[McpServer]>,
+    /// The agent's clock at its last use.
+    pub(crate) last_used: Arc<AtomicU64>,
+    /// `run_command`'s background tasks: a session with some running is
+    /// not parked (parking would stop them).
+    pub(crate) tasks: Arc<builtin::BackgroundTasks>,
+    /// The watcher of `cwd`, telling this session's conversation only; it
+    /// stops when the session (its last clone) goes.
+    pub(crate) _watcher: Option<Arc<WatchHandle>>,
+}
+
+impl Session {
+    /// The options of the session's turns: its tools, and the calls that
+    /// wait for an answer under its policies and "always" answers. Given
+    /// to every prompt, and to the engine for the turns it starts itself
+    /// (set again whenever an "always" answer changes them).
+    pub(crate) fn turn_options(&self) -> TurnOptions {
+        TurnOptions {
+            tools: Some(self.tools.clone()),
+            require_approval: policy::require_approval(
+                &self.tools,
+                &self.policies,
+                &self.permissions,
+            ),
+            ..TurnOptions::default()
+        }
+    }
+
+    /// Marks a prompt as running; `None` if one already is. The prompt
+    /// runs while the guard lives.
+    pub(crate) fn start_prompt(&self) -> Option<PromptGuard> {
+        self.prompting
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()
+            .map(|_| PromptGuard(self.prompting.clone()))
+    }
+
+    pub(crate) fn is_prompting(&self) -> bool {
+        self.prompting.load(Ordering::SeqCst)
+    }
+
+    /// What the session's tool call updates have cost so far.
+    pub(crate) fn metrics(&self) -> TrackerMetrics {
+        self.metrics.lock().map(|m| *m).unwrap_or_default()
+    }
+}
+
+/// Clears a session's running prompt when the prompt ends, however.
+pub(crate) struct PromptGuard(Arc<AtomicBool>);
+
+impl Drop for PromptGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}

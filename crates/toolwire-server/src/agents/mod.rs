@@ -1,0 +1,220 @@
+//! Agents as records, wire-neutral: what an agent is (a name, a model,
+//! its tools and their approval rules, over one conversation of the
+//! engine), how it is stored (through the engine's records), and the turn
+//! options derived from it ([`options`]). The Letta API (`letta::*`) and
+//! the live view (`live::*`) both render from here; neither depends on
+//! the other.
+
+pub mod approvals;
+pub mod ids;
+pub mod options;
+pub mod owner;
+pub mod schema;
+pub mod tools;
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolwire_core::ConversationId;
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use ids::check_id;
+use tools::ToolRecord;
+
+/// The kind of an agent's record.
+pub const KIND: &str = "agent";
+
+/// An agent as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub model: Option<String>,
+    pub tool_ids: Vec<String>,
+    /// Letta's tool rules, kept as given; `requires_approval` rules are
+    /// the ones toolwire acts on.
+    pub tool_rules: Vec<Value>,
+    pub tags: Vec<String>,
+    pub metadata: Option<Value>,
+    /// Memory blocks, kept and served (not compiled into the prompt).
+    pub memory_blocks: Vec<Value>,
+    pub conversation_id: ConversationId,
+    /// Per-tool approval set with `PATCH …/tools/approval/{tool_name}`;
+    /// wins over rules and the tool's default.
+    #[serde(default)]
+    pub approvals: BTreeMap<String, bool>,
+    /// Waiting calls are denied ("timed out") after this many seconds.
+    #[serde(default)]
+    pub approval_timeout_seconds: Option<u64>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl AgentRecord {
+    /// Whether a call of `tool` waits for approval.
+    pub fn requires_approval(&self, tool: &ToolRecord) -> bool {
+        if let Some(flag) = self.approvals.get(&tool.name) {
+            return *flag;
+        }
+        let by_rule = self.tool_rules.iter().any(|rule| {
+            rule.get("type").and_then(Value::as_str) == Some("requires_approval")
+                && rule.get("tool_name").and_then(Value::as_str) == Some(tool.name.as_str())
+        });
+        by_rule || tool.default_requires_approval
+    }
+
+    /// The agent's tools (those still defined), in `tool_ids` order.
+    pub fn tools<'a>(&self, all: &'a [ToolRecord]) -> Vec<&'a ToolRecord> {
+        self.tool_ids
+            .iter()
+            .filter_map(|id| all.iter().find(|t| &t.id == id))
+            .collect()
+    }
+
+    /// Names of this agent's tools that wait for approval.
+    pub fn approval_set(&self, all: &[ToolRecord]) -> HashSet<String> {
+        self.tools(all)
+            .into_iter()
+            .filter(|t| self.requires_approval(t))
+            .map(|t| t.name.clone())
+            .collect()
+    }
+}
+
+/// Agent `id`; not found unless it is one.
+pub async fn load(state: &AppState, id: &str) -> ApiResult<AgentRecord> {
+    check_id(KIND, id)?;
+    let doc = state
+        .store()
+        .document(KIND, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent", id))?;
+    serde_json::from_value(doc.body)
+        .map_err(|e| ApiError::internal(format!("agent {id} is unreadable: {e}")))
+}
+
+/// Every agent; an unreadable record is an error.
+pub async fn all(state: &AppState) -> ApiResult<Vec<AgentRecord>> {
+    let mut agents = Vec::new();
+    for doc in state.store().documents(KIND).await? {
+        let agent: AgentRecord = serde_json::from_value(doc.body)
+            .map_err(|e| ApiError::internal(format!("agent {} is unreadable: {e}", doc.id)))?;
+        agents.push(agent);
+    }
+    Ok(agents)
+}
+
+/// Every agent that reads as one.
+pub async fn readable(state: &AppState) -> ApiResult<Vec<AgentRecord>> {
+    let docs = state.store().documents(KIND).await?;
+    Ok(docs
+        .into_iter()
+        // A document that does not read as an agent is not one: the Letta
+        // routes refuse it too; the live view lists its conversation bare.
+        .filter_map(|doc| serde_json::from_value(doc.body).ok())
+        .collect())
+}
+
+/// Stores `agent`, in place of its earlier version.
+pub async fn save(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    let body = serde_json::to_value(agent)
+        .map_err(|e| ApiError::internal(format!("an agent cannot be stored: {e}")))?;
+    state.engine.put_record(KIND, &agent.id, &body).await?;
+    Ok(())
+}
+
+/// Stores a new agent and the record of which conversation it owns.
+pub async fn create(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    save(state, agent).await?;
+    index_owner(state, agent).await
+}
+
+/// Removes `agent`'s records (its conversation stays: stored messages are
+/// never deleted).
+pub async fn delete(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    state.engine.delete_record(KIND, &agent.id).await?;
+    state
+        .engine
+        .delete_record(BY_CONVERSATION, &agent.conversation_id.to_string())
+        .await?;
+    Ok(())
+}
+
+/// The documents that say which agent owns a conversation (id: the
+/// conversation's), so that finding a conversation's agent does not read
+/// every agent. An agent's conversation never changes.
+const BY_CONVERSATION: &str = "agent_by_conversation";
+
+/// The id of the agent that owns `conversation`, if one does.
+async fn owner_id(state: &AppState, conversation: ConversationId) -> ApiResult<Option<String>> {
+    let Some(doc) = state
+        .store()
+        .document(BY_CONVERSATION, &conversation.to_string())
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(doc
+        .body
+        .get("agent_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned))
+}
+
+/// The agent of `conversation`, if one owns it (found through its owner
+/// document, not by reading every agent).
+pub async fn agent_of(
+    state: &AppState,
+    conversation: ConversationId,
+) -> ApiResult<Option<AgentRecord>> {
+    let Some(id) = owner_id(state, conversation).await? else {
+        return Ok(None);
+    };
+    match load(state, &id).await {
+        Ok(agent) if agent.conversation_id == conversation => Ok(Some(agent)),
+        // Deleted meanwhile (its owner document goes second), or a stale
+        // document: no agent owns the conversation.
+        Ok(_) => Ok(None),
+        Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn index_owner(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    state
+        .engine
+        .put_record(
+            BY_CONVERSATION,
+            &agent.conversation_id.to_string(),
+            &json!({"agent_id": agent.id}),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Writes the owner documents of agents stored without one (by a version
+/// before them, or by a process that stopped between the two writes of a
+/// create). Run at start-up, before requests are served.
+pub(crate) async fn index_owners(state: &AppState) -> ApiResult<()> {
+    let indexed: HashSet<String> = state
+        .store()
+        .documents(BY_CONVERSATION)
+        .await?
+        .into_iter()
+        .map(|doc| doc.id)
+        .collect();
+    for doc in state.store().documents(KIND).await? {
+        // An unreadable agent is refused by every route already.
+        let Ok(agent) = serde_json::from_value::<AgentRecord>(doc.body) else {
+            continue;
+        };
+        if !indexed.contains(&agent.conversation_id.to_string()) {
+            index_owner(state, &agent).await?;
+        }
+    }
+    Ok(())
+}

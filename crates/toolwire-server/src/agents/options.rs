@@ -1,0 +1,64 @@
+//! The turn options an agent gives its conversation's turns: its tools,
+//! and which of them wait for approval. Every turn of an agent's
+//! conversation runs with them, whichever door starts it.
+
+use toolwire_core::ConversationId;
+use toolwire_engine::TurnOptions;
+
+use crate::agents::tools::{all_tools, registry};
+use crate::agents::{self, AgentRecord};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// The turn options of `agent`: its tools, and which of them wait for
+/// approval.
+pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<TurnOptions> {
+    let all = all_tools(state).await?;
+    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
+    Ok(TurnOptions {
+        tools: Some(registry(state, &tools).await),
+        require_approval: agent.approval_set(&all),
+        ..TurnOptions::default()
+    })
+}
+
+/// Tells the engine `agent`'s tools and approvals (after they changed),
+/// so that the turns it starts itself (a wake) use them at once rather
+/// than those of the agent's last request. What that request added (its
+/// client tools, max_steps) is kept.
+pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    let fresh = agent_options(state, agent).await?;
+    let conversation = agent.conversation_id;
+    let remembered = state.engine.conversation_options(conversation);
+    state.engine.set_conversation_options(
+        conversation,
+        TurnOptions {
+            tools: fresh.tools,
+            require_approval: fresh.require_approval,
+            ..remembered
+        },
+    );
+    Ok(())
+}
+
+/// Tells the engine the tools and approvals of every agent that has tool
+/// `tool_id`, after the tool changed (its code, its default approval) or
+/// went: see [`refresh_options`].
+pub async fn refresh_users_of(state: &AppState, tool_id: &str) -> ApiResult<()> {
+    for agent in agents::all(state).await? {
+        if agent.tool_ids.iter().any(|id| id == tool_id) {
+            refresh_options(state, &agent).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Before the engine starts or goes on with a turn on its own in
+/// `conversation` (an interjection, the end of a pause): tells it the
+/// options of the conversation's agent as they are now, if one owns it.
+pub async fn refresh(state: &AppState, conversation: ConversationId) -> ApiResult<()> {
+    if let Some(agent) = agents::agent_of(state, conversation).await? {
+        refresh_options(state, &agent).await?;
+    }
+    Ok(())
+}

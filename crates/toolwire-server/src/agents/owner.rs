@@ -1,0 +1,54 @@
+//! The agent a conversation belongs to, if any, held while a turn starts
+//! in it: a turn started from the live view runs with that agent's tools
+//! and approval rules, exactly as one started by the Letta messages route.
+
+use toolwire_core::{ConversationId, StopReason};
+use toolwire_engine::{TurnHandle, TurnOptions};
+
+use crate::agents::options::agent_options;
+use crate::agents::{self, AgentRecord, approvals};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// The turn options of `conversation` and what to lock while starting a
+/// turn in it (the agent's lock, which the Letta routes take too).
+pub struct Owner {
+    pub agent: Option<AgentRecord>,
+    pub options: TurnOptions,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Owner {
+    /// Locks the conversation's owner and reads its turn options.
+    pub async fn lock(state: &AppState, conversation: ConversationId) -> ApiResult<Owner> {
+        let agent = agents::agent_of(state, conversation).await?;
+        let key = match &agent {
+            Some(agent) => agent.id.clone(),
+            None => conversation.to_string(),
+        };
+        let lock = state.lock(&key).await;
+        let options = match &agent {
+            Some(agent) => agent_options(state, agent).await?,
+            None => TurnOptions::default(),
+        };
+        Ok(Owner {
+            agent,
+            options,
+            _lock: lock,
+        })
+    }
+
+    /// Watches a started turn: should it pause for approval, the agent's
+    /// approval timeout is armed (as the Letta messages route does).
+    pub fn watch(&self, state: &AppState, handle: TurnHandle) {
+        let Some(agent) = &self.agent else {
+            return;
+        };
+        let (state, agent_id) = (state.clone(), agent.id.clone());
+        tokio::spawn(async move {
+            if handle.wait().await.reason == StopReason::RequiresApproval {
+                approvals::arm_timeout(&state, &agent_id);
+            }
+        });
+    }
+}

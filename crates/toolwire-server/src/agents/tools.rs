@@ -1,0 +1,184 @@
+//! Tools as records: Python-source tools that clients define (stored),
+//! and the engine's built-in and MCP tools as records too (stored only
+//! once a client changes them); the registry a turn gets from them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolwire_tools::python::{PythonTool, PythonToolDef, ToolSchemaInfo};
+
+use super::schema;
+use toolwire_tools::{ToolRegistry, ToolSpec};
+
+use crate::agents::ids::stable_tool_id;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// The kind of a tool's record.
+pub const KIND: &str = "tool";
+
+/// A tool as stored and served.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToolRecord {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    /// `{name, description, parameters}` as Letta keeps it.
+    pub json_schema: Value,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub default_requires_approval: bool,
+    #[serde(default)]
+    pub source_code: Option<String>,
+    #[serde(default)]
+    pub source_type: Option<String>,
+    /// `custom` (Python source), `letta_builtin` (toolwire's built-in
+    /// tools) or `external_mcp`: values of Letta's `ToolType`.
+    pub tool_type: String,
+    #[serde(default)]
+    pub return_char_limit: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ToolRecord {
+    /// The engine's own tool `spec` as a record (not stored unless a client
+    /// changes it).
+    pub(crate) fn engine_tool(spec: &ToolSpec) -> ToolRecord {
+        let epoch = DateTime::<Utc>::UNIX_EPOCH;
+        ToolRecord {
+            id: stable_tool_id(&spec.name),
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            json_schema: schema::to_json(&ToolSchemaInfo {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+            }),
+            tags: Vec::new(),
+            default_requires_approval: false,
+            source_code: None,
+            source_type: None,
+            tool_type: if spec.server.is_some() {
+                "external_mcp".into()
+            } else {
+                // Letta's name for tools the server itself provides.
+                "letta_builtin".into()
+            },
+            return_char_limit: None,
+            metadata: None,
+            created_at: epoch,
+            updated_at: epoch,
+        }
+    }
+
+    pub fn is_custom(&self) -> bool {
+        self.tool_type == "custom"
+    }
+
+    pub(crate) fn from_body(body: Value) -> ApiResult<ToolRecord> {
+        serde_json::from_value(body)
+            .map_err(|e| ApiError::internal(format!("a stored tool is unreadable: {e}")))
+    }
+}
+
+/// Every tool: the engine's, then the stored ones, oldest first. A stored
+/// record with an engine tool's id holds a client's changes to it.
+pub async fn all_tools(state: &AppState) -> ApiResult<Vec<ToolRecord>> {
+    let mut stored = Vec::new();
+    for doc in state.store().documents(KIND).await? {
+        stored.push(ToolRecord::from_body(doc.body)?);
+    }
+    let mut tools: Vec<ToolRecord> = state
+        .engine
+        .tools()
+        .specs()
+        .iter()
+        .map(|spec| {
+            let own = ToolRecord::engine_tool(spec);
+            stored
+                .iter()
+                .find(|s| s.id == own.id)
+                .cloned()
+                .unwrap_or(own)
+        })
+        .collect();
+    let engine_ids: Vec<String> = tools.iter().map(|t| t.id.clone()).collect();
+    tools.extend(stored.into_iter().filter(|s| !engine_ids.contains(&s.id)));
+    Ok(tools)
+}
+
+pub async fn find_tool(state: &AppState, id: &str) -> ApiResult<ToolRecord> {
+    all_tools(state)
+        .await?
+        .into_iter()
+        .find(|t| t.id == id)
+        .ok_or_else(|| ApiError::not_found("tool", id))
+}
+
+/// The engine tools (and Python tools built from records) behind `tools`,
+/// for one turn. Records whose tool is gone are skipped with a warning.
+pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    for record in tools {
+        if record.is_custom() {
+            match python_tool(state, record).await {
+                Ok(tool) => registry.register(std::sync::Arc::new(tool)),
+                Err(e) => tracing::warn!(tool = %record.name, error = %e.message, "tool left out"),
+            }
+        } else if let Some(tool) = state.engine.tools().get(&record.name) {
+            registry.register(tool.clone());
+        } else {
+            tracing::warn!(tool = %record.name, "tool is no longer available; left out");
+        }
+    }
+    registry
+}
+
+async fn python_tool(state: &AppState, record: &ToolRecord) -> ApiResult<PythonTool> {
+    let given = schema::read(&record.name, &record.json_schema)
+        .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))?;
+    let def = PythonToolDef {
+        name: record.name.clone(),
+        description: record.description.clone(),
+        source_code: record.source_code.clone().unwrap_or_default(),
+        schema: Some(given),
+    };
+    PythonTool::new(
+        def,
+        state.settings.python.clone(),
+        state.settings.python_sandbox.clone(),
+    )
+    .await
+    .map_err(|e| ApiError::bad_request(format!("tool `{}`: {e}", record.name)))
+}
+
+/// Stores `record` unless another tool has its name.
+pub async fn save(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
+    if let Some(other) = all_tools(state)
+        .await?
+        .into_iter()
+        .find(|t| t.name == record.name && t.id != record.id)
+    {
+        return Err(ApiError::conflict(
+            "TOOL_NAME_TAKEN",
+            format!(
+                "a tool named `{}` exists already ({})",
+                record.name, other.id
+            ),
+        ));
+    }
+    let body = serde_json::to_value(record)
+        .map_err(|e| ApiError::internal(format!("a tool cannot be stored: {e}")))?;
+    state.engine.put_record(KIND, &record.id, &body).await?;
+    Ok(())
+}
+
+/// Removes client tool `record`.
+pub async fn delete(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
+    state.engine.delete_record(KIND, &record.id).await?;
+    Ok(())
+}
