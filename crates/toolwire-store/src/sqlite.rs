@@ -156,6 +156,9 @@ async fn joined<T>(task: tokio::task::JoinHandle<crate::Result<T>>) -> crate::Re
 }
 
 /// Every row `sql` selects for `params`, each read by `row` and converted.
+/// `params` bind by position: every statement read this way names its
+/// parameters `$1`, `$2` … in the order they first appear (SQLite numbers
+/// them so; the writer binds by name where they are not).
 fn all<R, T>(
     conn: &Connection,
     sql: &str,

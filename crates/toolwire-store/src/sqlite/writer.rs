@@ -254,7 +254,7 @@ impl Writer {
             .iter()
             .map(|(id, body)| (id.clone(), body.as_ref().map(|b| b.to_string())))
             .collect();
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             for (id, body) in &changes {
                 match body {
@@ -390,7 +390,7 @@ impl Writer {
         pid: u32,
     ) -> Result<InstanceRecord> {
         let host = host.to_owned();
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             let values = numbered(&[&id.0, &host, &pid, &now]);
             tx.prepare_cached(sql::REGISTER_INSTANCE)?
@@ -404,7 +404,7 @@ impl Writer {
         self: &Arc<Self>,
         id: InstanceId,
     ) -> Result<()> {
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             let updated = tx
                 .prepare_cached(sql::HEARTBEAT_INSTANCE)?
@@ -421,7 +421,7 @@ impl Writer {
         self: &Arc<Self>,
         silent_since: chrono::DateTime<chrono::Utc>,
     ) -> Result<u64> {
-        let before = Ts::from(silent_since).0.timestamp_micros();
+        let before = Ts::from(silent_since);
         self.write(move |tx| {
             let deleted = tx
                 .prepare_cached(sql::FORGET_INSTANCES)?
@@ -438,7 +438,7 @@ impl Writer {
         conversation: ConversationId,
         owner: InstanceId,
     ) -> Result<()> {
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             let inserted = tx
                 .prepare_cached(sql::START_RUN)?
@@ -458,7 +458,7 @@ impl Writer {
         error: Option<&str>,
     ) -> Result<()> {
         let error = error.map(str::to_owned);
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             let updated = tx
                 .prepare_cached(sql::FINISH_RUN)?
@@ -472,7 +472,7 @@ impl Writer {
     }
 
     pub(in crate::sqlite) async fn interrupt_run(self: &Arc<Self>, id: RunId) -> Result<bool> {
-        let now = Ts::now().0.timestamp_micros();
+        let now = Ts::now();
         self.write(move |tx| {
             let updated = tx
                 .prepare_cached(sql::INTERRUPT_RUN)?
@@ -511,7 +511,8 @@ fn numbered<'a>(values: &[&'a dyn ToSql]) -> Vec<(&'static str, &'a dyn ToSql)> 
     NAMES.iter().copied().zip(values.iter().copied()).collect()
 }
 
-/// A message's content as it is stored (what sqlx's `Json` writes).
+/// A message's content as it is stored: serde_json's text, as the
+/// PostgreSQL backend's `Json` binding writes it too.
 fn content_json(m: &Message) -> Result<String> {
     serde_json::to_string(&m.content).map_err(|e| {
         StoreError::Corrupt(format!(
@@ -541,7 +542,7 @@ fn insert_conversation(tx: &Connection, c: &Conversation) -> Result<()> {
             &c.active_leaf.0,
             &c.forked_from.map(|f| f.conversation_id.0),
             &c.forked_from.map(|f| f.message_id.0),
-            &Ts::from(c.created_at).0.timestamp_micros(),
+            &Ts::from(c.created_at),
         ])
         .as_slice(),
     )?;
@@ -565,7 +566,7 @@ fn insert_message(tx: &Connection, m: &Message) -> Result<()> {
             &v.model,
             &v.duration_ms,
             &v.status,
-            &v.created_at.0.timestamp_micros(),
+            &v.created_at,
         ])
         .as_slice(),
     );
@@ -600,7 +601,7 @@ fn insert_events(
         })
         .optional()?
         .ok_or(StoreError::ConversationNotFound(conversation))?;
-    let now = Ts::now().0.timestamp_micros();
+    let now = Ts::now();
     let mut insert = tx.prepare_cached(sql::INSERT_EVENT)?;
     let mut seqs = Vec::with_capacity(events.len());
     for (seq, (kind, payload)) in (last - count + 1..).zip(events) {
