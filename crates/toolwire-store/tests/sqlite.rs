@@ -82,6 +82,36 @@ async fn in_memory_databases_keep_run_owners() {
     ));
 }
 
+/// What a front door is handed: the store's read half, upcast from the
+/// whole store, reading what the whole one wrote.
+#[tokio::test]
+async fn the_read_half_reads_what_the_store_wrote() {
+    let store = toolwire_store::open("sqlite::memory:").await.unwrap();
+    let c = store.create_conversation("sys", Some("t")).await.unwrap();
+    let u = said(c.id, c.root_id, "hi");
+    store.append(&u).await.unwrap();
+    let read: Arc<dyn toolwire_store::StoreRead> = store.clone();
+    assert_eq!(read.conversation(c.id).await.unwrap().active_leaf, u.id);
+    assert_eq!(read.path_to(u.id).await.unwrap().len(), 2);
+}
+
+/// A `sqlite:` URL that does not name a database is refused, naming what
+/// is wrong with it.
+#[tokio::test]
+async fn bad_sqlite_urls_are_refused() {
+    for (url, says) in [
+        ("sqlite://t.db?mode=ro", "read-only"),
+        (
+            "sqlite://t.db?journal=wal",
+            "unknown parameter `journal=wal`",
+        ),
+    ] {
+        let err = toolwire_store::open(url).await.err().unwrap();
+        assert!(matches!(err, StoreError::BadUrl { .. }), "{err:?}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn unsupported_urls_are_refused() {
     let err = toolwire_store::open("mysql://localhost/x")
