@@ -38,7 +38,7 @@ use toolwire_core::{
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{Script, ScriptedProvider};
 use toolwire_store::{
-    ConversationSummary, InstanceRecord, RunRecord, Store, StoredEvent, UnfinishedRun,
+    ConversationSummary, InstanceRecord, RunRecord, Store, StoreRead, StoredEvent, UnfinishedRun,
 };
 use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 
@@ -261,27 +261,13 @@ impl Counting {
 type R<T> = toolwire_store::Result<T>;
 
 #[async_trait]
-impl Store for Counting {
-    async fn create_conversation(&self, p: &str, t: Option<&str>) -> R<Conversation> {
-        self.time("create_conversation", self.inner.create_conversation(p, t))
-            .await
-    }
+impl StoreRead for Counting {
     async fn conversation(&self, id: ConversationId) -> R<Conversation> {
         self.time("conversation", self.inner.conversation(id)).await
     }
     async fn list_conversations(&self) -> R<Vec<ConversationSummary>> {
         self.time("list_conversations", self.inner.list_conversations())
             .await
-    }
-    async fn append_with_events(&self, m: &Message, events: &[AgentEvent]) -> R<Vec<u64>> {
-        self.time(
-            "append_with_events",
-            self.inner.append_with_events(m, events),
-        )
-        .await
-    }
-    async fn update(&self, m: &Message) -> R<()> {
-        self.time("update", self.inner.update(m)).await
     }
     async fn message(&self, id: MessageId) -> R<Message> {
         self.time("message", self.inner.message(id)).await
@@ -298,6 +284,50 @@ impl Store for Counting {
     async fn leaves(&self, c: ConversationId) -> R<Vec<Message>> {
         self.time("leaves", self.inner.leaves(c)).await
     }
+    async fn total_cost(&self, c: ConversationId) -> R<f64> {
+        self.time("total_cost", self.inner.total_cost(c)).await
+    }
+    async fn instance(&self, id: InstanceId) -> R<Option<InstanceRecord>> {
+        self.time("instance", self.inner.instance(id)).await
+    }
+    async fn run(&self, id: RunId) -> R<RunRecord> {
+        self.time("run", self.inner.run(id)).await
+    }
+    async fn unfinished_runs(&self) -> R<Vec<UnfinishedRun>> {
+        self.time("unfinished_runs", self.inner.unfinished_runs())
+            .await
+    }
+    async fn events_since(&self, c: ConversationId, after: u64, limit: u32) -> R<Vec<StoredEvent>> {
+        self.time("events_since", self.inner.events_since(c, after, limit))
+            .await
+    }
+    async fn document(&self, kind: &str, id: &str) -> R<Option<toolwire_store::Document>> {
+        self.time("document", self.inner.document(kind, id)).await
+    }
+    async fn documents(&self, kind: &str) -> R<Vec<toolwire_store::Document>> {
+        self.time("documents", self.inner.documents(kind)).await
+    }
+    async fn messages(&self, c: ConversationId) -> R<Vec<Message>> {
+        self.time("messages", self.inner.messages(c)).await
+    }
+}
+
+#[async_trait]
+impl Store for Counting {
+    async fn create_conversation(&self, p: &str, t: Option<&str>) -> R<Conversation> {
+        self.time("create_conversation", self.inner.create_conversation(p, t))
+            .await
+    }
+    async fn append_with_events(&self, m: &Message, events: &[AgentEvent]) -> R<Vec<u64>> {
+        self.time(
+            "append_with_events",
+            self.inner.append_with_events(m, events),
+        )
+        .await
+    }
+    async fn update(&self, m: &Message) -> R<()> {
+        self.time("update", self.inner.update(m)).await
+    }
     async fn set_active_leaf(&self, c: ConversationId, leaf: MessageId) -> R<()> {
         self.time("set_active_leaf", self.inner.set_active_leaf(c, leaf))
             .await
@@ -305,18 +335,12 @@ impl Store for Counting {
     async fn fork(&self, at: MessageId) -> R<Conversation> {
         self.time("fork", self.inner.fork(at)).await
     }
-    async fn total_cost(&self, c: ConversationId) -> R<f64> {
-        self.time("total_cost", self.inner.total_cost(c)).await
-    }
     async fn register_instance(&self, id: InstanceId, host: &str, pid: u32) -> R<InstanceRecord> {
         self.time(
             "register_instance",
             self.inner.register_instance(id, host, pid),
         )
         .await
-    }
-    async fn instance(&self, id: InstanceId) -> R<Option<InstanceRecord>> {
-        self.time("instance", self.inner.instance(id)).await
     }
     async fn heartbeat_instance(&self, id: InstanceId) -> R<()> {
         self.time("heartbeat_instance", self.inner.heartbeat_instance(id))
@@ -337,13 +361,6 @@ impl Store for Counting {
         self.time("finish_run", self.inner.finish_run(id, reason, error))
             .await
     }
-    async fn run(&self, id: RunId) -> R<RunRecord> {
-        self.time("run", self.inner.run(id)).await
-    }
-    async fn unfinished_runs(&self) -> R<Vec<UnfinishedRun>> {
-        self.time("unfinished_runs", self.inner.unfinished_runs())
-            .await
-    }
     async fn interrupt_run(&self, id: RunId) -> R<bool> {
         self.time("interrupt_run", self.inner.interrupt_run(id))
             .await
@@ -352,19 +369,9 @@ impl Store for Counting {
         self.time("append_events", self.inner.append_events(c, events))
             .await
     }
-    async fn events_since(&self, c: ConversationId, after: u64, limit: u32) -> R<Vec<StoredEvent>> {
-        self.time("events_since", self.inner.events_since(c, after, limit))
-            .await
-    }
     async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> R<()> {
         self.time("put_document", self.inner.put_document(kind, id, body))
             .await
-    }
-    async fn document(&self, kind: &str, id: &str) -> R<Option<toolwire_store::Document>> {
-        self.time("document", self.inner.document(kind, id)).await
-    }
-    async fn documents(&self, kind: &str) -> R<Vec<toolwire_store::Document>> {
-        self.time("documents", self.inner.documents(kind)).await
     }
     async fn delete_document(&self, kind: &str, id: &str) -> R<bool> {
         self.time("delete_document", self.inner.delete_document(kind, id))
@@ -377,9 +384,6 @@ impl Store for Counting {
     ) -> R<()> {
         self.time("write_documents", self.inner.write_documents(kind, changes))
             .await
-    }
-    async fn messages(&self, c: ConversationId) -> R<Vec<Message>> {
-        self.time("messages", self.inner.messages(c)).await
     }
 }
 

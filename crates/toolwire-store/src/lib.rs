@@ -1,10 +1,15 @@
 //! # toolwire-store
 //!
 //! **Owns** persistence: conversations and their message trees, runs
-//! (turns), the instances that own them, and the event log, behind the
-//! [`Store`] trait, with two
-//! backends: SQLite (default, one embedded file, WAL) and PostgreSQL (for
-//! several instances). Schemas are created by migrations on first open.
+//! (turns), the instances that own them, the event log and documents,
+//! behind two traits: [`StoreRead`] (every read: what a front door may be
+//! handed) and [`Store`] (those and every write). Two backends:
+//! SQLite (default, one embedded file in WAL mode, or in memory), on
+//! rusqlite alone; and PostgreSQL (for several instances), on sqlx. The SQL
+//! text is shared where the two dialects agree (`sql.rs`). Schemas are
+//! created and updated by migrations on open (`migrations/sqlite`,
+//! `migrations/postgres`), recorded on both in sqlx's `_sqlx_migrations`
+//! table.
 //!
 //! **Invariants.** A message is stored only under a parent of the same
 //! conversation; stored messages are never deleted, and an update never
@@ -12,8 +17,9 @@
 //! a crash leaves each completed step stored and nothing half-written.
 //! Both backends pass the same test suite.
 //!
-//! **Entry points.** [`open`] (by URL: `sqlite://PATH` or
-//! `postgres://…`), the [`Store`] trait, [`StoreError`].
+//! **Entry points.** [`open`] (by URL: `sqlite://PATH`, `sqlite::memory:`
+//! or `postgres://…`), the [`StoreRead`] and [`Store`] traits,
+//! [`StoreError`], [`local_files`].
 
 mod content;
 mod postgres;
@@ -55,15 +61,31 @@ pub enum StoreError {
     Tree(#[from] TreeError),
     #[error("database URL `{0}` is not supported (use sqlite://PATH or postgres://…)")]
     UnsupportedUrl(String),
+    #[error("database URL `{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// From the PostgreSQL backend.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-    /// From the SQLite backend's own readers.
+    /// From the SQLite backend.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A PostgreSQL migration failed.
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
+    /// The store was closed (an in-memory database is gone then), or its
+    /// runtime is shutting down.
+    #[error("the store is closed")]
+    Closed,
+    /// A SQLite migration failed, or the database's record of its
+    /// migrations does not match this version's.
+    #[error("migration {version} ({description}) failed: {reason}")]
+    SqliteMigration {
+        version: i64,
+        description: String,
+        reason: String,
+    },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -136,9 +158,64 @@ pub struct Document {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// Persistence of conversation trees, runs and events.
+/// Reading conversation trees, runs, events and documents: what a front
+/// door may do with the store (the engine writes).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait StoreRead: Send + Sync + 'static {
+    async fn conversation(&self, id: ConversationId) -> Result<Conversation>;
+
+    /// Every conversation, newest first, with totals.
+    async fn list_conversations(&self) -> Result<Vec<ConversationSummary>>;
+
+    async fn message(&self, id: MessageId) -> Result<Message>;
+
+    /// Root first, `leaf` last, in one query.
+    async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>>;
+
+    /// Children of `id`, oldest first.
+    async fn children(&self, id: MessageId) -> Result<Vec<Message>>;
+
+    /// The children of `id`'s parent, `id` among them, oldest first.
+    async fn siblings(&self, id: MessageId) -> Result<Vec<Message>>;
+
+    /// Messages with no children (each branch's last message), oldest first.
+    async fn leaves(&self, conversation: ConversationId) -> Result<Vec<Message>>;
+
+    /// Sum of the cost of every message of the conversation.
+    async fn total_cost(&self, conversation: ConversationId) -> Result<f64>;
+
+    /// Instance `id` as last heard from; `None` if it never registered or
+    /// has been forgotten.
+    async fn instance(&self, id: InstanceId) -> Result<Option<InstanceRecord>>;
+
+    async fn run(&self, id: RunId) -> Result<RunRecord>;
+
+    /// Every run with no stop reason yet, oldest first, with its owner's
+    /// record: for deciding, at start-up, which of them lost their owner.
+    async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>>;
+
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    async fn events_since(
+        &self,
+        conversation: ConversationId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>>;
+
+    async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>>;
+
+    /// The documents of `kind`, oldest first.
+    async fn documents(&self, kind: &str) -> Result<Vec<Document>>;
+
+    /// Every message of the conversation (the whole tree), in the order
+    /// they were stored.
+    async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>>;
+}
+
+/// Persistence of conversation trees, runs and events: [`StoreRead`] and
+/// every write. Each write method is one transaction.
+#[async_trait]
+pub trait Store: StoreRead {
     /// A new conversation whose root is a system message holding
     /// `system_prompt` (empty content when it is empty).
     async fn create_conversation(
@@ -146,11 +223,6 @@ pub trait Store: Send + Sync + 'static {
         system_prompt: &str,
         title: Option<&str>,
     ) -> Result<Conversation>;
-
-    async fn conversation(&self, id: ConversationId) -> Result<Conversation>;
-
-    /// Every conversation, newest first, with totals.
-    async fn list_conversations(&self) -> Result<Vec<ConversationSummary>>;
 
     /// Stores a new message under its `parent_id` (which must be a message
     /// of the same conversation) and makes it the active leaf.
@@ -171,28 +243,11 @@ pub trait Store: Send + Sync + 'static {
     /// and status. Its id, conversation, parent and role must not change.
     async fn update(&self, message: &Message) -> Result<()>;
 
-    async fn message(&self, id: MessageId) -> Result<Message>;
-
-    /// Root first, `leaf` last, in one query.
-    async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>>;
-
-    /// Children of `id`, oldest first.
-    async fn children(&self, id: MessageId) -> Result<Vec<Message>>;
-
-    /// The children of `id`'s parent, `id` among them, oldest first.
-    async fn siblings(&self, id: MessageId) -> Result<Vec<Message>>;
-
-    /// Messages with no children (each branch's last message), oldest first.
-    async fn leaves(&self, conversation: ConversationId) -> Result<Vec<Message>>;
-
     async fn set_active_leaf(&self, conversation: ConversationId, leaf: MessageId) -> Result<()>;
 
     /// A new conversation holding a copy of the path to `at`, remembering
     /// where it came from; its active leaf is the copy of `at`.
     async fn fork(&self, at: MessageId) -> Result<Conversation>;
-
-    /// Sum of the cost of every message of the conversation.
-    async fn total_cost(&self, conversation: ConversationId) -> Result<f64>;
 
     /// Records instance `id`, on `host` with process `pid`, as alive now.
     /// Registering a known id again (after [`Store::forget_instances`]
@@ -203,10 +258,6 @@ pub trait Store: Send + Sync + 'static {
         host: &str,
         pid: u32,
     ) -> Result<InstanceRecord>;
-
-    /// Instance `id` as last heard from; `None` if it never registered or
-    /// has been forgotten.
-    async fn instance(&self, id: InstanceId) -> Result<Option<InstanceRecord>>;
 
     /// Records that instance `id` is still alive;
     /// [`StoreError::InstanceNotFound`] once it has been forgotten.
@@ -228,12 +279,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records how run `id` ended.
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> Result<()>;
-
-    async fn run(&self, id: RunId) -> Result<RunRecord>;
-
-    /// Every run with no stop reason yet, oldest first, with its owner's
-    /// record: for deciding, at start-up, which of them lost their owner.
-    async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>>;
 
     /// Marks run `id` interrupted if it is still unfinished, and says
     /// whether it did: `false` when it had ended meanwhile or another
@@ -258,25 +303,12 @@ pub trait Store: Send + Sync + 'static {
         events: &[AgentEvent],
     ) -> Result<Vec<u64>>;
 
-    /// Events with `seq > after`, oldest first, at most `limit`.
-    async fn events_since(
-        &self,
-        conversation: ConversationId,
-        after: u64,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>>;
-
     /// Stores `body` as document `(kind, id)`, replacing one there (which
     /// keeps its `created_at`).
     async fn put_document(&self, kind: &str, id: &str, body: &serde_json::Value) -> Result<()> {
         self.write_documents(kind, &[(id.to_owned(), Some(body.clone()))])
             .await
     }
-
-    async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>>;
-
-    /// The documents of `kind`, oldest first.
-    async fn documents(&self, kind: &str) -> Result<Vec<Document>>;
 
     /// Removes document `(kind, id)`; says whether it was there.
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool>;
@@ -288,10 +320,6 @@ pub trait Store: Send + Sync + 'static {
         kind: &str,
         changes: &[(String, Option<serde_json::Value>)],
     ) -> Result<()>;
-
-    /// Every message of the conversation (the whole tree), in the order
-    /// they were stored.
-    async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>>;
 }
 
 /// The files the store at `url` keeps on disk: a SQLite database file and
@@ -299,14 +327,9 @@ pub trait Store: Send + Sync + 'static {
 /// not), as named by the URL. None for an in-memory database, PostgreSQL,
 /// or a URL that does not parse.
 pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
-    use std::str::FromStr;
-    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
-        return Vec::new();
-    }
-    let Ok(options) = sqlx::sqlite::SqliteConnectOptions::from_str(url) else {
+    let Ok(sqlite::Location::File(file)) = sqlite::Location::parse(url) else {
         return Vec::new();
     };
-    let file = options.get_filename().to_path_buf();
     let mut files = vec![file.clone()];
     for suffix in ["-wal", "-shm", "-journal"] {
         let mut name = file.as_os_str().to_owned();
@@ -327,28 +350,12 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     }
 }
 
-/// Migrates the database behind `pool` with the migrations in `dir`
-/// (relative to this crate), first saying which ones a database that
-/// already has some is about to get: on the first start of a new version,
-/// one may rebuild a table, which takes a while on a large database.
-macro_rules! migrate {
-    ($pool:expr, $dir:literal) => {{
-        let migrator = sqlx::migrate!($dir);
-        // No table yet: a new database, nothing to say.
-        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-            .fetch_all($pool)
-            .await
-            .unwrap_or_default();
-        if !applied.is_empty() {
-            for m in migrator.iter().filter(|m| !applied.contains(&m.version)) {
-                tracing::info!(
-                    version = m.version,
-                    "updating the database schema: {} (a large database may take a while)",
-                    m.description
-                );
-            }
-        }
-        migrator.run($pool).await
-    }};
+/// Says that migration `version` is about to run on a database that already
+/// has some: on the first start of a new version, one may rebuild a table,
+/// which takes a while on a large database.
+fn announce_migration(version: i64, description: &str) {
+    tracing::info!(
+        version,
+        "updating the database schema: {description} (a large database may take a while)"
+    );
 }
-pub(crate) use migrate;

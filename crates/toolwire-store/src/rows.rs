@@ -1,15 +1,16 @@
 //! Rows as both backends read them, and their conversion to and from the
 //! domain types. Everything here is backend-neutral: ids are [`Uuid`]s,
 //! numbers `i64`/`f64`, JSON is read as text (`CAST(… AS TEXT)`) and written
-//! as [`Json`], and timestamps go through [`Ts`].
+//! as [`Json`] (PostgreSQL) or text (SQLite), and timestamps go through
+//! [`Ts`]. Each row reads from sqlx (`FromRow`, PostgreSQL) and from
+//! rusqlite (`from_sqlite`, by position in the select list).
 
 use chrono::{DateTime, Utc};
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
-use sqlx::sqlite::{SqliteArgumentsBuffer, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Json;
-use sqlx::{Decode, Encode, Postgres, Sqlite, Type};
+use sqlx::{Decode, Encode, Postgres, Type};
 use toolwire_core::{
     AgentEvent, ContentBlock, Conversation, ConversationId, ForkOrigin, InstanceId, Message,
     MessageId, MessageStatus, Role, RunId, StopReason, Usage,
@@ -30,13 +31,6 @@ impl Ts {
     pub(crate) fn now() -> Ts {
         Ts::from(Utc::now())
     }
-
-    /// `micros` microseconds after the Unix epoch (as SQLite stores it).
-    pub(crate) fn from_micros(micros: i64) -> Result<Ts> {
-        DateTime::from_timestamp_micros(micros)
-            .map(Ts)
-            .ok_or_else(|| StoreError::Corrupt(format!("timestamp {micros} µs is out of range")))
-    }
 }
 
 impl From<DateTime<Utc>> for Ts {
@@ -46,27 +40,18 @@ impl From<DateTime<Utc>> for Ts {
     }
 }
 
-impl Type<Sqlite> for Ts {
-    fn type_info() -> SqliteTypeInfo {
-        <i64 as Type<Sqlite>>::type_info()
-    }
-    fn compatible(ty: &SqliteTypeInfo) -> bool {
-        <i64 as Type<Sqlite>>::compatible(ty)
+impl rusqlite::types::ToSql for Ts {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.0.timestamp_micros().into())
     }
 }
 
-impl Encode<'_, Sqlite> for Ts {
-    fn encode_by_ref(&self, buf: &mut SqliteArgumentsBuffer) -> Result<IsNull, BoxDynError> {
-        Encode::<Sqlite>::encode(self.0.timestamp_micros(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Sqlite> for Ts {
-    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
-        let micros = <i64 as Decode<Sqlite>>::decode(value)?;
+impl rusqlite::types::FromSql for Ts {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Ts> {
+        let micros = value.as_i64()?;
         DateTime::from_timestamp_micros(micros)
             .map(Ts)
-            .ok_or_else(|| format!("timestamp {micros} µs is out of range").into())
+            .ok_or(rusqlite::types::FromSqlError::OutOfRange(micros))
     }
 }
 
@@ -347,6 +332,26 @@ pub(crate) fn content_blocks(json: &[u8]) -> serde_json::Result<Vec<ContentBlock
     serde_json::from_slice(json)
 }
 
+impl MessageRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageRow> {
+        Ok(MessageRow {
+            id: r.get(0)?,
+            conversation_id: r.get(1)?,
+            parent_id: r.get(2)?,
+            role: r.get(3)?,
+            content: r.get(4)?,
+            prompt_tokens: r.get(5)?,
+            completion_tokens: r.get(6)?,
+            cached_tokens: r.get(7)?,
+            cost: r.get(8)?,
+            model: r.get(9)?,
+            duration_ms: r.get(10)?,
+            status: r.get(11)?,
+            created_at: r.get(12)?,
+        })
+    }
+}
+
 pub(crate) fn messages(rows: Vec<MessageRow>) -> Result<Vec<Message>> {
     rows.into_iter().map(Message::try_from).collect()
 }
@@ -405,6 +410,20 @@ pub(crate) struct ConversationRow {
     pub created_at: Ts,
 }
 
+impl ConversationRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationRow> {
+        Ok(ConversationRow {
+            id: r.get(0)?,
+            title: r.get(1)?,
+            root_id: r.get(2)?,
+            active_leaf: r.get(3)?,
+            forked_from_conversation: r.get(4)?,
+            forked_from_message: r.get(5)?,
+            created_at: r.get(6)?,
+        })
+    }
+}
+
 /// The select list for a [`ConversationRow`] of the table aliased `c`.
 macro_rules! conversation_columns {
     () => {
@@ -450,6 +469,16 @@ pub(crate) struct SummaryRow {
     total_cost: f64,
 }
 
+impl SummaryRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
+        Ok(SummaryRow {
+            conversation: ConversationRow::from_sqlite(r)?,
+            message_count: r.get(7)?,
+            total_cost: r.get(8)?,
+        })
+    }
+}
+
 impl TryFrom<SummaryRow> for ConversationSummary {
     type Error = StoreError;
 
@@ -479,6 +508,20 @@ pub(crate) struct RunRow {
     pub started_at: Ts,
     pub finished_at: Option<Ts>,
     pub owner: Option<Uuid>,
+}
+
+impl RunRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+        Ok(RunRow {
+            id: r.get(0)?,
+            conversation_id: r.get(1)?,
+            stop_reason: r.get(2)?,
+            error: r.get(3)?,
+            started_at: r.get(4)?,
+            finished_at: r.get(5)?,
+            owner: r.get(6)?,
+        })
+    }
 }
 
 impl TryFrom<RunRow> for RunRecord {
@@ -522,6 +565,18 @@ pub(crate) struct InstanceRow {
     pub heartbeat_at: Ts,
 }
 
+impl InstanceRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
+        Ok(InstanceRow {
+            id: r.get(0)?,
+            host: r.get(1)?,
+            pid: r.get(2)?,
+            started_at: r.get(3)?,
+            heartbeat_at: r.get(4)?,
+        })
+    }
+}
+
 impl TryFrom<InstanceRow> for InstanceRecord {
     type Error = StoreError;
 
@@ -549,6 +604,19 @@ pub(crate) struct UnfinishedRow {
     instance_pid: Option<i64>,
     instance_started_at: Option<Ts>,
     instance_heartbeat_at: Option<Ts>,
+}
+
+impl UnfinishedRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<UnfinishedRow> {
+        Ok(UnfinishedRow {
+            run: RunRow::from_sqlite(r)?,
+            instance_id: r.get(7)?,
+            instance_host: r.get(8)?,
+            instance_pid: r.get(9)?,
+            instance_started_at: r.get(10)?,
+            instance_heartbeat_at: r.get(11)?,
+        })
+    }
 }
 
 impl TryFrom<UnfinishedRow> for UnfinishedRun {
@@ -590,6 +658,18 @@ pub(crate) struct DocumentRow {
     updated_at: Ts,
 }
 
+impl DocumentRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
+        Ok(DocumentRow {
+            kind: r.get(0)?,
+            id: r.get(1)?,
+            body: r.get(2)?,
+            created_at: r.get(3)?,
+            updated_at: r.get(4)?,
+        })
+    }
+}
+
 impl TryFrom<DocumentRow> for crate::Document {
     type Error = StoreError;
 
@@ -613,6 +693,13 @@ pub(crate) struct EventRow {
 }
 
 impl EventRow {
+    pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+        Ok(EventRow {
+            seq: r.get(0)?,
+            payload: r.get(1)?,
+        })
+    }
+
     pub(crate) fn into_event(self, conversation: ConversationId) -> Result<StoredEvent> {
         let corrupt = |what: String| {
             StoreError::Corrupt(format!(

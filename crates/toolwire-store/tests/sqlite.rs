@@ -2,6 +2,7 @@
 //! temporary directory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fixtures;
 mod suite;
 
 use std::collections::HashMap;
@@ -34,12 +35,9 @@ async fn a_new_file_is_created_in_wal_mode() {
         .unwrap();
     assert!(path.exists());
     store.close().await;
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&pool)
-        .await
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
 }
@@ -51,8 +49,8 @@ async fn in_memory_databases_work() {
     assert_eq!(store.path_to(c.root_id).await.unwrap().len(), 1);
 }
 
-/// An in-memory database is written through sqlx rather than the file's
-/// own writer: run ownership works there too.
+/// An in-memory database is read through its writer's connection rather
+/// than the file's readers: run ownership works there too.
 #[tokio::test]
 async fn in_memory_databases_keep_run_owners() {
     use toolwire_core::{InstanceId, RunId};
@@ -82,6 +80,36 @@ async fn in_memory_databases_keep_run_owners() {
         store.heartbeat_instance(me.id).await.unwrap_err(),
         StoreError::InstanceNotFound(_)
     ));
+}
+
+/// What a front door is handed: the store's read half, upcast from the
+/// whole store, reading what the whole one wrote.
+#[tokio::test]
+async fn the_read_half_reads_what_the_store_wrote() {
+    let store = toolwire_store::open("sqlite::memory:").await.unwrap();
+    let c = store.create_conversation("sys", Some("t")).await.unwrap();
+    let u = said(c.id, c.root_id, "hi");
+    store.append(&u).await.unwrap();
+    let read: Arc<dyn toolwire_store::StoreRead> = store.clone();
+    assert_eq!(read.conversation(c.id).await.unwrap().active_leaf, u.id);
+    assert_eq!(read.path_to(u.id).await.unwrap().len(), 2);
+}
+
+/// A `sqlite:` URL that does not name a database is refused, naming what
+/// is wrong with it.
+#[tokio::test]
+async fn bad_sqlite_urls_are_refused() {
+    for (url, says) in [
+        ("sqlite://t.db?mode=ro", "read-only"),
+        (
+            "sqlite://t.db?journal=wal",
+            "unknown parameter `journal=wal`",
+        ),
+    ] {
+        let err = toolwire_store::open(url).await.err().unwrap();
+        assert!(matches!(err, StoreError::BadUrl { .. }), "{err:?}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
 }
 
 #[tokio::test]
@@ -235,13 +263,12 @@ async fn paths_read_again_see_every_change() {
     other.update(&changed).await.unwrap();
     assert_eq!(store.path_to(twig.id).await.unwrap()[3], changed);
 
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    sqlx::query("UPDATE messages SET status = 'interrupted' WHERE id = ?1")
-        .bind(chain[7].0)
-        .execute(&pool)
-        .await
+    suite::connect_sqlite(&url)
+        .execute(
+            "UPDATE messages SET status = 'interrupted' WHERE id = ?1",
+            [chain[7].0],
+        )
         .unwrap();
-    pool.close().await;
     let path = store.path_to(leaf(&chain)).await.unwrap();
     assert_eq!(path[7].status, MessageStatus::Interrupted);
     assert_eq!(path, walked(&store, leaf(&chain)).await);
@@ -533,39 +560,57 @@ async fn paths_read_every_field_as_written() {
 /// checked as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_from_before_fields_is_migrated() {
-    use sqlx::{Connection, Row as _, SqliteConnection};
+    use sha2::Digest;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("old.db").display());
-    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&url)
-        .unwrap()
-        .create_if_missing(true)
-        .foreign_keys(true);
-    let mut conn = SqliteConnection::connect_with(&options).await.unwrap();
-    let mut migrator = sqlx::migrate!("./migrations/sqlite");
-    let before: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version < 4)
-        .cloned()
-        .collect();
-    assert_eq!(before.len(), 3);
-    migrator.migrations = before.into();
-    migrator.run(&mut conn).await.unwrap();
+    let mut conn = suite::connect_sqlite(&url);
+    conn.pragma_update(None, "foreign_keys", true).unwrap();
+    // The first three migrations, recorded as sqlx recorded them.
+    let before = [
+        (
+            1,
+            "schema",
+            include_str!("../migrations/sqlite/0001_schema.sql"),
+        ),
+        (
+            2,
+            "run owner",
+            include_str!("../migrations/sqlite/0002_run_owner.sql"),
+        ),
+        (
+            3,
+            "documents",
+            include_str!("../migrations/sqlite/0003_documents.sql"),
+        ),
+    ];
+    conn.execute_batch(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, \
+         description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, \
+         success BOOLEAN NOT NULL, checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .unwrap();
+    for (version, description, sql) in before {
+        conn.execute_batch(sql).unwrap();
+        conn.execute(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) VALUES (?1, ?2, TRUE, ?3, 1)",
+            (version, description, sha2::Sha384::digest(sql).to_vec()),
+        )
+        .unwrap();
+    }
 
     // A conversation as toolwire wrote it then: the root, a user message,
     // an assistant answer, and a fourth message deleted since.
     let (conversation, ids) = (uuid::Uuid::now_v7(), [(); 4].map(|_| uuid::Uuid::now_v7()));
     // One transaction: a conversation and its root refer to each other.
-    let mut tx = sqlx::Connection::begin(&mut conn).await.unwrap();
+    let tx = conn.transaction().unwrap();
     let text = |t: &str| serde_json::to_string(&[ContentBlock::Text { text: t.into() }]).unwrap();
-    sqlx::query(
+    tx.execute(
         "INSERT INTO conversations (id, title, root_id, active_leaf, created_at) \
          VALUES (?1, 'old', ?2, ?2, 5)",
+        (conversation, ids[0]),
     )
-    .bind(conversation)
-    .bind(ids[0])
-    .execute(&mut *tx)
-    .await
     .unwrap();
     /// Tokens (each count), cost and model of an answer.
     type Usage<'a> = Option<(i64, f64, &'a str)>;
@@ -581,38 +626,32 @@ async fn a_database_from_before_fields_is_migrated() {
         (Some(ids[2]), "user", text("deleted"), None),
     ];
     for (i, (parent, role, content, usage)) in rows.into_iter().enumerate() {
-        sqlx::query(
+        tx.execute(
             "INSERT INTO messages (id, conversation_id, parent_id, line, role, content, \
              prompt_tokens, completion_tokens, cached_tokens, cost, model, duration_ms, status, \
              created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, 'complete', ?11)",
+            rusqlite::params![
+                ids[i],
+                conversation,
+                parent,
+                ids[0],
+                role,
+                content,
+                usage.map(|u| u.0),
+                usage.map(|u| u.1),
+                usage.map(|u| u.2),
+                usage.map(|_| 1234_i64),
+                1_700_000_000_000_000_i64 + i as i64,
+            ],
         )
-        .bind(ids[i])
-        .bind(conversation)
-        .bind(parent)
-        .bind(ids[0])
-        .bind(role)
-        .bind(content)
-        .bind(usage.map(|u| u.0))
-        .bind(usage.map(|u| u.1))
-        .bind(usage.map(|u| u.2))
-        .bind(usage.map(|_| 1234_i64))
-        .bind(1_700_000_000_000_000_i64 + i as i64)
-        .execute(&mut *tx)
-        .await
         .unwrap();
     }
-    sqlx::query("UPDATE conversations SET active_leaf = ?1")
-        .bind(ids[2])
-        .execute(&mut *tx)
-        .await
+    tx.execute("UPDATE conversations SET active_leaf = ?1", [ids[2]])
         .unwrap();
-    sqlx::query("DELETE FROM messages WHERE id = ?1")
-        .bind(ids[3])
-        .execute(&mut *tx)
-        .await
+    tx.execute("DELETE FROM messages WHERE id = ?1", [ids[3]])
         .unwrap();
-    tx.commit().await.unwrap();
-    conn.close().await.unwrap();
+    tx.commit().unwrap();
+    drop(conn);
 
     let store = toolwire_store::open(&url).await.unwrap();
     let leaf = MessageId(ids[2]);
@@ -637,19 +676,20 @@ async fn a_database_from_before_fields_is_migrated() {
         "the old path is the new message's"
     );
 
-    let mut conn = SqliteConnection::connect_with(&options).await.unwrap();
-    let seq: i64 = sqlx::query("SELECT seq FROM messages WHERE id = ?1")
-        .bind(next.id.0)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(seq, 5, "the deleted message's seq is not given out again");
-    let broken = sqlx::query("PRAGMA foreign_key_check")
-        .fetch_all(&mut conn)
-        .await
+    let conn = suite::connect_sqlite(&url);
+    let seq: i64 = conn
+        .query_row("SELECT seq FROM messages WHERE id = ?1", [next.id.0], |r| {
+            r.get(0)
+        })
         .unwrap();
-    assert!(broken.is_empty());
+    assert_eq!(seq, 5, "the deleted message's seq is not given out again");
+    let broken = conn
+        .prepare("PRAGMA foreign_key_check")
+        .unwrap()
+        .query_map([], |_| Ok(()))
+        .unwrap()
+        .count();
+    assert_eq!(broken, 0);
     // Foreign keys are still enforced on the store's connections.
     let orphan = said(
         ConversationId(conversation),
@@ -708,5 +748,127 @@ async fn corrupt_fields_are_reported_on_path_reads() {
             other => panic!("{sql}: expected Corrupt, got {other:?}"),
         }
         assert!(s.message(u1.id).await.is_err(), "{sql}");
+    }
+}
+
+/// A database written by toolwire before SQLite ran on one binding (sqlx
+/// created and migrated it, and wrote through it as through the rusqlite
+/// writer) opens with no migration run again, reads back exactly what the
+/// code of that time read, and takes new writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_before_one_binding_opens() {
+    use toolwire_core::{AgentEvent, InstanceId, RunId, StopReason};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("before.db");
+    std::fs::copy(fixtures::DB, &file).unwrap();
+    let url = format!("sqlite://{}", file.display());
+    let recorded = |url: &str| -> Vec<(i64, String, bool, Vec<u8>)> {
+        suite::connect_sqlite(url)
+            .prepare(
+                "SELECT version, description, success, checksum FROM _sqlx_migrations \
+                      ORDER BY version",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let before = recorded(&url);
+    assert_eq!(
+        before.iter().map(|m| m.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4],
+        "the fixture as sqlx migrated it"
+    );
+
+    let store = toolwire_store::open(&url).await.unwrap();
+    assert_eq!(recorded(&url), before, "no migration ran again");
+    let read = fixtures::read_everything(&store).await;
+    let expected = std::fs::read_to_string(fixtures::READ).unwrap();
+    assert_eq!(
+        read, expected,
+        "read back as the code that wrote it read it"
+    );
+
+    // And it takes new writes: a message with its event in the fork, the
+    // open run finished, a new run, a document.
+    let conversations = store.list_conversations().await.unwrap();
+    let fork = conversations
+        .iter()
+        .map(|s| &s.conversation)
+        .find(|c| c.forked_from.is_some())
+        .unwrap();
+    let reply = said(fork.id, fork.active_leaf, "after the change of binding");
+    let stopped = AgentEvent::Stopped {
+        run_id: fixtures::OPEN_RUN,
+        reason: StopReason::EndTurn,
+        error: None,
+    };
+    let seqs = store
+        .append_with_events(&reply, std::slice::from_ref(&stopped))
+        .await
+        .unwrap();
+    let events_before = store.events_since(fork.id, 0, 1000).await.unwrap().len() as u64;
+    assert_eq!(seqs, [events_before]);
+    store
+        .finish_run(fixtures::OPEN_RUN, StopReason::EndTurn, None)
+        .await
+        .unwrap();
+    assert!(store.unfinished_runs().await.unwrap().is_empty());
+    let me = store
+        .register_instance(InstanceId::new(), "after", 7)
+        .await
+        .unwrap();
+    let run = RunId::new();
+    store.start_run(run, fork.id, me.id).await.unwrap();
+    store
+        .put_document("agent", "agent-3", &serde_json::json!({"name": "third"}))
+        .await
+        .unwrap();
+
+    let reopened = toolwire_store::open(&url).await.unwrap();
+    let path = reopened.path_to(reply.id).await.unwrap();
+    // As stored: to the microsecond.
+    assert_eq!(
+        path.last().map(|m| (m.id, m.text(), m.parent_id)),
+        Some((reply.id, reply.text(), reply.parent_id))
+    );
+    assert_eq!(path, walked(&reopened, reply.id).await);
+    assert_eq!(
+        reopened.path_to(fork.active_leaf).await.unwrap(),
+        path[..path.len() - 1]
+    );
+    assert_eq!(reopened.run(run).await.unwrap().owner, Some(me.id));
+    assert_eq!(
+        reopened
+            .events_since(fork.id, events_before - 1, 10)
+            .await
+            .unwrap()[0]
+            .event,
+        stopped
+    );
+    assert_eq!(reopened.documents("agent").await.unwrap().len(), 3);
+    assert_eq!(recorded(&url), before, "still no migration ran again");
+}
+
+/// Two stores (as two processes would) opening a new file at the same
+/// moment both start: each migration is applied in a write transaction
+/// that first checks whether the other applied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_migrate_a_new_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..5 {
+        let url = format!(
+            "sqlite://{}",
+            dir.path().join(format!("{round}.db")).display()
+        );
+        let (a, b) = tokio::join!(toolwire_store::open(&url), toolwire_store::open(&url));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let c = a.create_conversation("sys", None).await.unwrap();
+        assert_eq!(b.conversation(c.id).await.unwrap(), c);
+        let applied: i64 = suite::connect_sqlite(&url)
+            .query_row("SELECT count(*) FROM _sqlx_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(applied, 4);
     }
 }

@@ -35,15 +35,26 @@ impl Db {
     /// Runs raw SQL on the database, behind the store's back.
     pub async fn execute(&self, sql: &'static str) {
         if self.url.starts_with("sqlite:") {
-            let pool = sqlx::SqlitePool::connect(&self.url).await.expect("connect");
-            sqlx::raw_sql(sql).execute(&pool).await.expect("execute");
-            pool.close().await;
+            connect_sqlite(&self.url)
+                .execute_batch(sql)
+                .expect("execute");
         } else {
             let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
             sqlx::raw_sql(sql).execute(&pool).await.expect("execute");
             pool.close().await;
         }
     }
+}
+
+/// A connection of its own to the SQLite file at `url`, behind the store's
+/// back.
+pub fn connect_sqlite(url: &str) -> rusqlite::Connection {
+    let files = toolwire_store::local_files(url);
+    let file = files.first().expect("a sqlite URL naming a file");
+    let conn = rusqlite::Connection::open(file).expect("open the file");
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .expect("set the busy timeout");
+    conn
 }
 
 /// Defines one `#[tokio::test]` per check, each calling `$run(check)`.
