@@ -36,7 +36,7 @@ impl Engine {
         system: &str,
         title: Option<&str>,
     ) -> Result<Conversation, EngineError> {
-        Ok(self.store().create_conversation(system, title).await?)
+        Ok(self.writer().create_conversation(system, title).await?)
     }
 
     /// A new conversation holding the path to message `at` (its
@@ -44,7 +44,7 @@ impl Engine {
     pub async fn fork(&self, at: MessageId) -> Result<Conversation, EngineError> {
         let conversation = self.store().message(at).await?.conversation_id;
         let _held = self.hold_idle(conversation).await?;
-        Ok(self.store().fork(at).await?)
+        Ok(self.writer().fork(at).await?)
     }
 
     /// Makes `leaf` the branch the conversation's next turn goes on from.
@@ -56,7 +56,7 @@ impl Engine {
         leaf: MessageId,
     ) -> Result<(), EngineError> {
         let _held = self.hold_idle(conversation).await?;
-        Ok(self.store().set_active_leaf(conversation, leaf).await?)
+        Ok(self.writer().set_active_leaf(conversation, leaf).await?)
     }
 
     /// Rewrites the conversation's root: the system prompt the model sees
@@ -77,6 +77,6 @@ impl Engine {
                 text: system.to_owned(),
             }]
         };
-        Ok(self.store().update(&root).await?)
+        Ok(self.writer().update(&root).await?)
     }
 }

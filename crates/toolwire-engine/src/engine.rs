@@ -11,7 +11,7 @@ use toolwire_core::{
     AgentEvent, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
     PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId, Usage, tree,
 };
-use toolwire_store::{InstanceRecord, Store, StoredEvent};
+use toolwire_store::{InstanceRecord, Store, StoreRead, StoredEvent};
 
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
@@ -93,6 +93,8 @@ pub enum Interjection {
 
 struct Inner {
     store: Arc<dyn Store>,
+    /// The same store, read-only: what front doors are given.
+    reader: Arc<dyn StoreRead>,
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     config: EngineConfig,
@@ -199,6 +201,7 @@ impl Engine {
         }
         let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
         let inner = Arc::new_cyclic(|weak| Inner {
+            reader: store.clone(),
             store,
             provider,
             tools,
@@ -270,7 +273,15 @@ impl Engine {
         self.inner.instance.record()
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    /// The store, to read: every change goes through the engine's own
+    /// methods, which decide it against the turns that run.
+    pub fn store(&self) -> &Arc<dyn StoreRead> {
+        &self.inner.reader
+    }
+
+    /// The store, to write: for the engine's own changes (`edit`,
+    /// `records`).
+    pub(crate) fn writer(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
 

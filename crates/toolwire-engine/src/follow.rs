@@ -223,7 +223,7 @@ mod tests {
             })
             .collect();
         engine
-            .store()
+            .writer()
             .append_events(conversation, &events)
             .await
             .unwrap();

@@ -15,12 +15,12 @@ impl Engine {
         id: &str,
         body: &serde_json::Value,
     ) -> Result<(), EngineError> {
-        Ok(self.store().put_document(kind, id, body).await?)
+        Ok(self.writer().put_document(kind, id, body).await?)
     }
 
     /// Removes record `(kind, id)`; says whether it was there.
     pub async fn delete_record(&self, kind: &str, id: &str) -> Result<bool, EngineError> {
-        Ok(self.store().delete_document(kind, id).await?)
+        Ok(self.writer().delete_document(kind, id).await?)
     }
 
     /// Stores (`Some` body) or removes (`None`) records of `kind`, all or
@@ -30,6 +30,6 @@ impl Engine {
         kind: &str,
         changes: &[(String, Option<serde_json::Value>)],
     ) -> Result<(), EngineError> {
-        Ok(self.store().write_documents(kind, changes).await?)
+        Ok(self.writer().write_documents(kind, changes).await?)
     }
 }

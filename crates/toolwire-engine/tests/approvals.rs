@@ -275,17 +275,16 @@ steps:
 #[tokio::test]
 async fn a_pause_survives_a_restart() {
     let (engine, conv, dir) = paused_engine().await;
-    let store = engine.store().clone();
     drop(engine);
+    // The file reopened, as a restarted process opens it.
     let tools = echo_tools(&["risky", "safe"], Duration::ZERO);
-    let engine = Engine::start(
-        store,
+    let engine = engine_at(
+        &dir.path().join("test.db"),
         script(RISKY_THEN_DONE),
         tools,
         EngineConfig::default(),
     )
-    .await
-    .unwrap();
+    .await;
     let pending = engine.pending_approval(conv).await.unwrap().unwrap();
     assert_eq!(pending.waiting_ids(), [ToolCallId("call_risky".into())]);
     let Responded::Started(handle) = engine

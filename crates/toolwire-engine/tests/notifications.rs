@@ -311,16 +311,12 @@ async fn notifications_can_be_turned_off() {
 /// message instead.
 #[tokio::test]
 async fn a_batch_whose_message_cannot_be_stored_waits_for_the_next() {
-    use sqlx::Connection;
     let (server, engine, conv, dir) = slow_call_engine(InjectionMode::Augment).await;
-    let url = format!("sqlite://{}", dir.path().join("test.db").display());
-    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query(
+    let db = rusqlite::Connection::open(dir.path().join("test.db")).unwrap();
+    db.execute_batch(
         "CREATE TRIGGER refuse_tool_results BEFORE INSERT ON messages \
          WHEN NEW.role = 'tool' BEGIN SELECT RAISE(ABORT, 'disk says no'); END",
     )
-    .execute(&mut db)
-    .await
     .unwrap();
 
     let mut events = engine.subscribe(conv);
@@ -349,9 +345,7 @@ async fn a_batch_whose_message_cannot_be_stored_waits_for_the_next() {
     );
     assert!(engine.has_pending_notifications(conv), "put back");
 
-    sqlx::query("DROP TRIGGER refuse_tool_results")
-        .execute(&mut db)
-        .await
+    db.execute_batch("DROP TRIGGER refuse_tool_results")
         .unwrap();
     engine.run(conv, "again").await.unwrap();
     let sent = &server.received()[1].body["messages"];

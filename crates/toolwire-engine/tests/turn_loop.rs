@@ -263,7 +263,7 @@ async fn edit_regenerate_and_switch_change_what_the_model_sees() {
     assert_eq!(store.siblings(answer).await.unwrap().len(), 2);
 
     // Switch back to the original branch and continue from it.
-    store.set_active_leaf(conv.id, answer).await.unwrap();
+    engine.set_active_leaf(conv.id, answer).await.unwrap();
     engine.run(conv.id, "follow-up").await.unwrap();
     let last = server.received().pop().unwrap();
     let contents: Vec<&str> = last.body["messages"]

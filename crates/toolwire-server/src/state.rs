@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use toolwire_engine::Engine;
-use toolwire_store::Store;
+use toolwire_store::StoreRead;
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
@@ -112,7 +112,7 @@ impl AppState {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &Arc<dyn StoreRead> {
         self.engine.store()
     }
 
