@@ -37,6 +37,7 @@ use crate::{
     StoredEvent, UnfinishedRun,
 };
 
+mod lines;
 mod location;
 pub(crate) mod migrate;
 mod raw;
@@ -116,7 +117,7 @@ impl SqliteStore {
         let Some(readers) = &self.readers else {
             return self
                 .writer
-                .read(move |conn| reader::read_path(conn, leaf))
+                .read(move |conn| lines::read_path(conn, leaf))
                 .await;
         };
         let (reader, writer) = (Arc::clone(readers), Arc::clone(&self.writer));

@@ -367,7 +367,7 @@ impl Writer {
 
     pub(in crate::sqlite) async fn fork(self: &Arc<Self>, at: MessageId) -> Result<Conversation> {
         self.write(move |tx| {
-            let path = super::reader::read_path(tx, at)?;
+            let path = super::lines::read_path(tx, at)?;
             let source = path
                 .first()
                 .map(|root| root.conversation_id)
