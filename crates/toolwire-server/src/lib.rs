@@ -121,11 +121,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
-    if state.settings.api_keys.is_empty() && !addr.ip().is_loopback() {
-        return Err(ServeError::Unprotected(addr));
-    }
     let settings = &state.settings;
-    let policy = origin::Policy::new(addr, &settings.allowed_hosts, &settings.allowed_origins)?;
+    let policy = checked(addr, settings)?;
     let limits = connections::Limits {
         max_connections: settings.max_connections,
         header_timeout: settings.header_timeout,
@@ -174,11 +171,22 @@ pub async fn bind(
     addr: SocketAddr,
     settings: &ServerSettings,
 ) -> Result<tokio::net::TcpListener, ServeError> {
-    if settings.api_keys.is_empty() && !addr.ip().is_loopback() {
-        return Err(ServeError::Unprotected(addr));
-    }
-    origin::Policy::new(addr, &settings.allowed_hosts, &settings.allowed_origins)?;
+    checked(addr, settings)?;
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// The browser policy for serving on `addr` with `settings`; refuses a
+/// non-loopback address no key protects. `bind` asks first, to fail before
+/// binding; `serve` asks again for the address actually bound (port 0).
+fn checked(addr: SocketAddr, settings: &ServerSettings) -> Result<origin::Policy, ServeError> {
+    if settings.api_keys.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServeError::Unprotected(addr));
+    }
+    Ok(origin::Policy::new(
+        addr,
+        &settings.allowed_hosts,
+        &settings.allowed_origins,
+    )?)
 }
