@@ -168,7 +168,8 @@ fn command_lifecycle(complete: bool, appended: bool) -> (u64, u64) {
     let now = Instant::now();
     let id = ToolCallId::from(ID);
     let mut s = ToolCallState::new(ID, "Run cargo test -p toolwire-core", ToolKind::Execute);
-    s.raw_input = Some(json!({ "command": "cargo test -p toolwire-core", "cwd": "/home/user/project" }));
+    s.raw_input =
+        Some(json!({ "command": "cargo test -p toolwire-core", "cwd": "/home/user/project" }));
     s.locations = vec![Location {
         path: "/home/user/project".into(),
         line: None,
