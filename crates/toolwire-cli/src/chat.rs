@@ -146,7 +146,8 @@ impl Chat {
 
     async fn command(&mut self, name: &str, rest: &str) -> Result<()> {
         let conversation = self.conversation();
-        let store = self.engine.store().clone();
+        let engine = self.engine.clone();
+        let store = engine.store();
         if self.engine.is_running(conversation) && matches!(name, "switch" | "edit" | "regenerate")
         {
             bail!("a turn is running; wait for it or press Ctrl-C first");

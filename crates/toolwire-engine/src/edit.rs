@@ -6,7 +6,7 @@
 //! view answers it with 409, as it always has), and no turn starts while
 //! a change is being made (the start waits for the change's few store
 //! writes). Both sides decide under the conversation's lock
-//! (`conversation_lock.rs`), which a turn's start takes too, so there is no
+//! (`keyed_locks.rs`), which a turn's start takes too, so there is no
 //! check-then-write: a turn cannot begin between the look at what runs
 //! and the write. Refused rather than waited for because a turn can last
 //! minutes; a running turn writes on from the leaf and the root it began
@@ -14,14 +14,17 @@
 
 use toolwire_core::{ContentBlock, Conversation, ConversationId, MessageId};
 
-use crate::conversation_lock::Held;
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::keyed_locks::Held;
 
 impl Engine {
     /// Holds `conversation` for a change: no turn starts until the guard
     /// drops; refused if one runs.
-    async fn hold_idle(&self, conversation: ConversationId) -> Result<Held, EngineError> {
+    async fn hold_idle(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Held<ConversationId>, EngineError> {
         let held = self.conversation_locks().hold(conversation).await;
         if self.is_running(conversation) {
             return Err(EngineError::TurnInProgress(conversation));

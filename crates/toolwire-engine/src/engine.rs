@@ -16,10 +16,10 @@ use toolwire_store::{InstanceRecord, Store, StoreRead, StoredEvent};
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
 use crate::config::EngineConfig;
-use crate::conversation_lock::{ConversationLocks, Held};
 use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
 use crate::instance::{self, Registration};
+use crate::keyed_locks::{Held, KeyedLocks};
 use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
 use crate::remembered::Remembered;
@@ -93,8 +93,6 @@ pub enum Interjection {
 
 struct Inner {
     store: Arc<dyn Store>,
-    /// The same store, read-only: what front doors are given.
-    reader: Arc<dyn StoreRead>,
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     config: EngineConfig,
@@ -114,7 +112,7 @@ struct Inner {
     /// Set once the engine stops taking turns; counts the running ones.
     stopping: Stopping,
     /// Held by a turn's start and by a change to a conversation (`edit`).
-    edits: ConversationLocks,
+    edits: KeyedLocks<ConversationId>,
 }
 
 impl Inner {
@@ -201,7 +199,6 @@ impl Engine {
         }
         let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
         let inner = Arc::new_cyclic(|weak| Inner {
-            reader: store.clone(),
             store,
             provider,
             tools,
@@ -214,7 +211,7 @@ impl Engine {
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
             stopping: Stopping::default(),
-            edits: ConversationLocks::default(),
+            edits: KeyedLocks::default(),
         });
         Ok(Engine { inner })
     }
@@ -275,8 +272,8 @@ impl Engine {
 
     /// The store, to read: every change goes through the engine's own
     /// methods, which decide it against the turns that run.
-    pub fn store(&self) -> &Arc<dyn StoreRead> {
-        &self.inner.reader
+    pub fn store(&self) -> &dyn StoreRead {
+        self.inner.store.as_ref()
     }
 
     /// The store, to write: for the engine's own changes (`edit`,
@@ -285,7 +282,7 @@ impl Engine {
         &self.inner.store
     }
 
-    pub(crate) fn conversation_locks(&self) -> &ConversationLocks {
+    pub(crate) fn conversation_locks(&self) -> &KeyedLocks<ConversationId> {
         &self.inner.edits
     }
 
@@ -307,11 +304,8 @@ impl Engine {
         &self,
         title: Option<&str>,
     ) -> Result<Conversation, EngineError> {
-        Ok(self
-            .inner
-            .store
-            .create_conversation(&self.inner.config.system_prompt, title)
-            .await?)
+        self.create_conversation_with(&self.inner.config.system_prompt, title)
+            .await
     }
 
     /// Live events of a conversation. On `Lagged`, read what was missed
@@ -799,7 +793,7 @@ impl Engine {
 
     async fn start_turn_held(
         &self,
-        editing: Held,
+        editing: Held<ConversationId>,
         conversation: ConversationId,
         start: turn::Start,
         options: TurnOptions,

@@ -230,7 +230,7 @@ async fn edit_regenerate_and_switch_change_what_the_model_sees() {
         EngineConfig::default(),
     )
     .await;
-    let store = engine.store().clone();
+    let store = engine.store();
     let conv = engine.create_conversation(None).await.unwrap();
     engine.run(conv.id, "first question").await.unwrap();
     let leaf = store.conversation(conv.id).await.unwrap().active_leaf;

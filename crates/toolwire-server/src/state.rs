@@ -1,9 +1,8 @@
 //! What every handler shares: the engine, the store and the settings.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use toolwire_engine::Engine;
+use toolwire_engine::{Engine, Held, KeyedLocks};
 use toolwire_store::StoreRead;
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
@@ -85,7 +84,7 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// One writer at a time per agent: a request that reads an agent and
     /// writes it back (or its tools) holds the agent's lock.
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    locks: Arc<KeyedLocks<String>>,
     /// What the live view keeps between requests and sockets.
     pub(crate) live: Arc<LiveShared>,
 }
@@ -112,23 +111,13 @@ impl AppState {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn StoreRead> {
+    pub fn store(&self) -> &dyn StoreRead {
         self.engine.store()
     }
 
     /// The lock of resource `key` (an agent id, or "tools" for the tool
     /// names).
-    pub async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = match self.locks.lock() {
-            Ok(mut locks) => locks.entry(key.to_owned()).or_default().clone(),
-            // Poisoned only if a thread panicked holding it; a fresh lock
-            // still serialises everyone who gets it from here on.
-            Err(poisoned) => poisoned
-                .into_inner()
-                .entry(key.to_owned())
-                .or_default()
-                .clone(),
-        };
-        lock.lock_owned().await
+    pub async fn lock(&self, key: &str) -> Held<String> {
+        self.locks.hold(key.to_owned()).await
     }
 }

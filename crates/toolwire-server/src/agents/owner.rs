@@ -15,7 +15,7 @@ use crate::state::AppState;
 pub struct Owner {
     pub agent: Option<AgentRecord>,
     pub options: TurnOptions,
-    _lock: tokio::sync::OwnedMutexGuard<()>,
+    _lock: toolwire_engine::Held<String>,
 }
 
 impl Owner {
