@@ -216,8 +216,12 @@ async fn a_fork_racing_a_turn_copies_whole_steps_or_is_refused() {
             (at, engine.fork(at).await)
         };
         let (sent, (at, result)) = if change_first(round) {
-            let (f, s) = tokio::join!(fork, send);
-            (s, f)
+            // A fork reads which conversation `at` is in before it takes
+            // that conversation's lock, so a turn asked for at the same
+            // moment could win every round on a loaded machine: here the
+            // fork is asked first and answered before the turn is asked.
+            let f = fork.await;
+            (send.await, f)
         } else {
             tokio::join!(send, fork)
         };
