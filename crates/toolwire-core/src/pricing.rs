@@ -18,6 +18,18 @@ pub struct Price {
     pub cached_input: Option<f64>,
 }
 
+impl Price {
+    /// The cost of `usage` at this price.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let cached = usage.cached_tokens.min(usage.prompt_tokens);
+        let fresh = usage.prompt_tokens - cached;
+        let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
+        per(fresh, self.input)
+            + per(cached, self.cached_input.unwrap_or(self.input))
+            + per(usage.completion_tokens, self.output)
+    }
+}
+
 /// Prices by model name. A model matches its exact name, else the longest
 /// name it starts with (`gpt-4o` prices `gpt-4o-2024-08-06`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,15 +50,7 @@ impl PriceTable {
 
     /// The cost of `usage` on `model`, if the model is priced.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        let p = self.price(model)?;
-        let cached = usage.cached_tokens.min(usage.prompt_tokens);
-        let fresh = usage.prompt_tokens - cached;
-        let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
-        Some(
-            per(fresh, p.input)
-                + per(cached, p.cached_input.unwrap_or(p.input))
-                + per(usage.completion_tokens, p.output),
-        )
+        Some(self.price(model)?.cost(usage))
     }
 }
 

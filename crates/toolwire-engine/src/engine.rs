@@ -25,7 +25,7 @@ use crate::notify::{Activation, Hub};
 use crate::remembered::Remembered;
 use crate::shutdown::{ShutdownReport, Stopping};
 use crate::turn::{self, ActiveTurn, TurnOptions, TurnOutcome, user_message};
-use toolwire_providers::Provider;
+use toolwire_providers::{ModelEntry, Models};
 use toolwire_tools::{NotificationSink, Notifier, ToolRegistry};
 
 /// What became of a notification.
@@ -93,7 +93,7 @@ pub enum Interjection {
 
 struct Inner {
     store: Arc<dyn Store>,
-    provider: Arc<dyn Provider>,
+    models: Models,
     tools: ToolRegistry,
     config: EngineConfig,
     bus: EventBus,
@@ -120,7 +120,7 @@ impl Inner {
     fn turn_context(&self) -> turn::Context<'_> {
         turn::Context {
             store: self.store.as_ref(),
-            provider: self.provider.as_ref(),
+            models: &self.models,
             tools: &self.tools,
             config: &self.config,
             bus: &self.bus,
@@ -159,7 +159,7 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("model", &self.inner.provider.model())
+            .field("model", &self.inner.models.default_entry().info.name)
             .field("tools", &self.inner.tools)
             .finish()
     }
@@ -173,10 +173,11 @@ impl Engine {
     /// runs of other live processes on the same database are left alone.
     pub async fn start(
         store: Arc<dyn Store>,
-        provider: Arc<dyn Provider>,
+        models: impl Into<Models>,
         tools: ToolRegistry,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
+        let models = models.into();
         let bus = EventBus::new(store.clone(), config.event_capacity);
         let instance = Registration::register(&store, config.heartbeat_interval).await?;
         instance::interrupt_orphaned_runs(
@@ -200,7 +201,7 @@ impl Engine {
         let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
         let inner = Arc::new_cyclic(|weak| Inner {
             store,
-            provider,
+            models,
             tools,
             config,
             bus,
@@ -290,9 +291,27 @@ impl Engine {
         &self.inner.tools
     }
 
-    /// The model the provider calls.
+    /// The model id the default model's provider calls.
     pub fn model(&self) -> &str {
-        self.inner.provider.model()
+        self.inner.models.default_entry().provider.model()
+    }
+
+    /// The models turns may name ([`TurnOptions::model`]).
+    pub fn models(&self) -> &Models {
+        &self.inner.models
+    }
+
+    /// The model a turn with `options` is answered by: the one it names,
+    /// else the default.
+    pub fn model_for(&self, options: &TurnOptions) -> Result<&ModelEntry, EngineError> {
+        match &options.model {
+            None => Ok(self.inner.models.default_entry()),
+            Some(name) => self
+                .inner
+                .models
+                .get(name)
+                .ok_or_else(|| EngineError::UnknownModel(name.clone())),
+        }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -799,6 +818,7 @@ impl Engine {
         options: TurnOptions,
         origin: Origin,
     ) -> Result<TurnHandle, EngineError> {
+        self.model_for(&options)?;
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
         {

@@ -29,6 +29,9 @@ pub enum EngineError {
         conversation: ConversationId,
         message_id: MessageId,
     },
+    /// A turn named a model the registry does not have.
+    #[error("no model named `{0}` is configured")]
+    UnknownModel(String),
     #[error("conversation {0} has no tool calls waiting for an answer")]
     NothingPending(ConversationId),
     /// An approval for a call whose result must come from the client: the

@@ -16,7 +16,9 @@
 //! Every tool call sent to a model has a result (a path still missing one
 //! gets [`toolwire_core::NOT_RUN_AFTER_STOP`]).
 //!
-//! **Entry points.** [`Provider`], [`ModelRequest`], [`OpenAiProvider`],
+//! [`Models`] is the registry of named models a deployment offers.
+//!
+//! **Entry points.** [`Provider`], [`ModelRequest`], [`Models`], [`OpenAiProvider`],
 //! [`AnthropicProvider`], [`ScriptedProvider`], [`HttpSettings`].
 
 pub mod anthropic;
@@ -24,6 +26,7 @@ mod history;
 mod http;
 pub mod openai;
 mod redact;
+pub mod registry;
 mod retry_after;
 pub mod scripted;
 pub mod xml_format;
@@ -40,6 +43,7 @@ use toolwire_core::ToolSpec;
 pub use anthropic::AnthropicProvider;
 pub use http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
 pub use openai::OpenAiProvider;
+pub use registry::{Capabilities, ModelEntry, ModelInfo, Models, RegistryError};
 pub use scripted::{Script, ScriptedProvider};
 
 /// What the model is asked.

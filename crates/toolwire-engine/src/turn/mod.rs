@@ -27,7 +27,7 @@ use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, Decision, InstanceId, Message, MessageId,
     PendingApproval, RunId, StopReason, ToolCallId, Usage,
 };
-use toolwire_providers::Provider;
+use toolwire_providers::{ModelEntry, Models};
 use toolwire_store::Store;
 use toolwire_tools::{Notifier, ToolRegistry, ToolSpec};
 
@@ -56,6 +56,9 @@ pub struct TurnOptions {
     pub require_approval: HashSet<String>,
     /// The client that started the turn, told to tools.
     pub client_id: Option<String>,
+    /// The registry name of the model that answers (the default when
+    /// `None`); a name the registry lacks is refused at the turn's start.
+    pub model: Option<String>,
 }
 
 /// How a turn ended.
@@ -142,7 +145,7 @@ impl From<toolwire_store::StoreError> for Stop {
 /// What a turn uses of the engine.
 pub(crate) struct Context<'a> {
     pub(crate) store: &'a dyn Store,
-    pub(crate) provider: &'a dyn Provider,
+    pub(crate) models: &'a Models,
     /// The engine's tools, unless the turn's options name others.
     pub(crate) tools: &'a ToolRegistry,
     pub(crate) config: &'a EngineConfig,
@@ -159,6 +162,8 @@ pub(crate) struct Context<'a> {
 
 struct Turn<'a> {
     cx: &'a Context<'a>,
+    /// The model that answers this turn's steps.
+    model: &'a ModelEntry,
     conversation: ConversationId,
     run_id: RunId,
     cancel: CancellationToken,
@@ -187,8 +192,14 @@ pub(crate) async fn run(
     options: TurnOptions,
     begun: oneshot::Sender<Result<(), String>>,
 ) -> TurnOutcome {
+    let model = options
+        .model
+        .as_deref()
+        .and_then(|name| cx.models.get(name))
+        .unwrap_or_else(|| cx.models.default_entry());
     let mut turn = Turn {
         cx,
+        model,
         conversation,
         run_id,
         cancel,

@@ -37,7 +37,7 @@ impl Turn<'_> {
         let request = self.request(&path, iteration);
         let started = Instant::now();
         let stream = tokio::select! {
-            s = self.cx.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
+            s = self.model.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
             _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
         let mut step = StepState::new(self.cx.config.tool_format);
@@ -100,7 +100,7 @@ impl Turn<'_> {
                 .collect();
             self.cx.bus.emit_all(self.conversation, publish).await?;
         }
-        let model = self.cx.provider.model().to_owned();
+        let model = &self.model.info;
         let mut message = Message::new(
             self.conversation,
             Some(self.leaf),
@@ -108,11 +108,14 @@ impl Turn<'_> {
             step.content(failure.is_none()),
         );
         message.id = message_id;
-        message.model = Some(model.clone());
+        message.model = Some(model.name.clone());
         message.duration_ms = Some(started.elapsed().as_millis() as u64);
         if let Some(usage) = step.usage {
             message.usage = Some(usage);
-            message.cost = self.cx.config.prices.cost(&model, &usage);
+            message.cost = match &model.price {
+                Some(price) => Some(price.cost(&usage)),
+                None => self.cx.config.prices.cost(&model.model, &usage),
+            };
             self.usage += usage;
             if let Some(c) = message.cost {
                 self.cost = Some(self.cost.unwrap_or(0.0) + c);
