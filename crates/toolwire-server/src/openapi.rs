@@ -215,9 +215,25 @@ const OPERATIONS: &[Operation] = &[
         "post",
         "/v1/conversations/{conversation_id}/messages/{message_id}/regenerate",
         "regenerate_conversation_message",
-        "A new answer in place of an assistant message",
-        None,
+        "A new answer in place of an assistant message, by the model named if one is",
+        Some("RegenerateRequest"),
         "RunAccepted",
+    ),
+    (
+        "get",
+        "/v1/conversations/{conversation_id}/model",
+        "get_conversation_model",
+        "The model a conversation's turns use, the one chosen for it, and the models there are",
+        None,
+        "ConversationModel",
+    ),
+    (
+        "put",
+        "/v1/conversations/{conversation_id}/model",
+        "set_conversation_model",
+        "Choose the model of a conversation's next turns (null: its agent's or the default)",
+        Some("ModelChoice"),
+        "ConversationModel",
     ),
     (
         "post",
@@ -278,6 +294,7 @@ const BODY_REQUIRED: &[&str] = &[
     "edit_conversation_message",
     "fork_conversation",
     "set_active_leaf",
+    "set_conversation_model",
 ];
 
 /// The live view's schemas (PROTOCOL.md).
@@ -297,6 +314,7 @@ fn live_schemas() -> Map<String, Value> {
             "cached_tokens": unsigned(u64::MAX),
         }), &["prompt_tokens", "completion_tokens"])),
         "cost": nullable_number,
+        "model": nullable(string()),
         "created_at": timestamp(),
         "tool_calls": {"type": "array", "items": object(json!({
             "tool_call_id": string(), "tool_name": string(),
@@ -312,6 +330,7 @@ fn live_schemas() -> Map<String, Value> {
         "status",
         "usage",
         "cost",
+        "model",
         "created_at",
         "tool_calls",
         "notifications",
@@ -395,11 +414,46 @@ fn live_schemas() -> Map<String, Value> {
         (
             "SendRequest",
             object(
-                json!({"text": text, "parent_id": nullable(uuid())}),
+                json!({"text": text, "parent_id": nullable(uuid()), "model": nullable(string())}),
                 &["text"],
             ),
         ),
-        ("EditRequest", object(json!({"text": text}), &["text"])),
+        (
+            "EditRequest",
+            object(
+                json!({"text": text, "model": nullable(string())}),
+                &["text"],
+            ),
+        ),
+        (
+            "RegenerateRequest",
+            object(json!({"model": nullable(string())}), &[]),
+        ),
+        (
+            "ModelChoice",
+            object(json!({"model": nullable(string())}), &["model"]),
+        ),
+        (
+            "ConversationModel",
+            object(
+                json!({
+                    "model": string(),
+                    "chosen": nullable(string()),
+                    "default": string(),
+                    "models": {"type": "array", "items": object(json!({
+                        "name": string(),
+                        "provider": string(),
+                        "model": string(),
+                        "handle": string(),
+                        "context_window": nullable(unsigned(u64::MAX)),
+                        "vision": {"type": "boolean"},
+                        "tools": {"type": "boolean"},
+                        "reasoning": {"type": "boolean"},
+                    }), &["name", "provider", "model", "handle"])},
+                }),
+                &["model", "chosen", "default", "models"],
+            ),
+        ),
         (
             "MessageRef",
             object(json!({"message_id": uuid()}), &["message_id"]),

@@ -1075,3 +1075,163 @@ async fn messages_come_in_batches_as_they_come_one_by_one() {
     }
     s.stop().await;
 }
+
+/// Two models, each a script that names itself.
+fn two_models() -> toolwire_providers::Models {
+    use std::sync::Arc;
+    use toolwire_providers::{ModelEntry, ModelInfo, Models};
+    let entry = |name: &str| ModelEntry {
+        info: ModelInfo {
+            name: name.into(),
+            provider: "scripted".into(),
+            model: format!("{name}-1"),
+            ..ModelInfo::default()
+        },
+        provider: Arc::new(toolwire_providers::ScriptedProvider::new(
+            toolwire_providers::Script::parse(&format!("steps: [{{text: \"{name} answers.\"}}]"))
+                .unwrap(),
+            false,
+        )),
+    };
+    Models::new(vec![entry("alpha"), entry("beta")], Some("alpha")).unwrap()
+}
+
+/// The assistant nodes of `tree`: (model, summary), in creation order.
+fn answers(tree: &Value) -> Vec<(String, String)> {
+    tree["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "assistant")
+        .map(|n| {
+            (
+                n["model"].as_str().unwrap_or("?").to_owned(),
+                n["summary"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_conversation_picks_its_model_and_regenerates_with_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_models(
+        &dir.path().join("t.db"),
+        two_models(),
+        ServerSettings::default(),
+        toolwire_engine::EngineConfig::default(),
+    )
+    .await;
+    let (status, c) = s.call("POST", "/v1/conversations", Some(json!({}))).await;
+    assert_eq!(status, 201, "{c}");
+    let id = c["id"].as_str().unwrap();
+
+    let (status, model) = s.call("GET", &conv(id, "/model"), None).await;
+    assert_eq!(status, 200, "{model}");
+    assert_eq!(model["model"], "alpha");
+    assert_eq!(model["chosen"], Value::Null);
+    assert_eq!(model["default"], "alpha");
+    let names: Vec<&str> = model["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert_eq!(model["models"][1]["handle"], "scripted/beta-1");
+
+    // The default answers; a regeneration by beta is a sibling beta wrote.
+    send(&s, id, "hello").await;
+    let tree = settled_tree(&s, id).await;
+    assert_eq!(
+        answers(&tree),
+        [("alpha".to_owned(), "alpha answers.".to_owned())]
+    );
+    let first = tree["active_leaf"].as_str().unwrap().to_owned();
+    let (status, body) = s
+        .call(
+            "POST",
+            &conv(id, &format!("/messages/{first}/regenerate")),
+            Some(json!({"model": "beta"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let tree = settled_tree(&s, id).await;
+    assert_eq!(
+        answers(&tree),
+        [
+            ("alpha".to_owned(), "alpha answers.".to_owned()),
+            ("beta".to_owned(), "beta answers.".to_owned())
+        ]
+    );
+    let regenerated = node(&tree, &tree["active_leaf"]);
+    assert_eq!(
+        regenerated["parent_id"],
+        node(&tree, &json!(first))["parent_id"]
+    );
+
+    // Chosen for the conversation, beta answers what follows; null gives
+    // the default back.
+    let (status, model) = s
+        .call("PUT", &conv(id, "/model"), Some(json!({"model": "beta"})))
+        .await;
+    assert_eq!(status, 200, "{model}");
+    assert_eq!(
+        (&model["model"], &model["chosen"]),
+        (&json!("beta"), &json!("beta"))
+    );
+    send(&s, id, "again").await;
+    let tree = settled_tree(&s, id).await;
+    assert_eq!(answers(&tree).last().unwrap().0, "beta");
+    // One turn may name its own.
+    let (status, body) = s
+        .call(
+            "POST",
+            &conv(id, "/messages"),
+            Some(json!({"text": "and you?", "model": "alpha"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let tree = settled_tree(&s, id).await;
+    assert_eq!(answers(&tree).last().unwrap().0, "alpha");
+    let (status, model) = s
+        .call("PUT", &conv(id, "/model"), Some(json!({"model": null})))
+        .await;
+    assert_eq!(status, 200, "{model}");
+    assert_eq!(
+        (&model["model"], &model["chosen"]),
+        (&json!("alpha"), &Value::Null)
+    );
+
+    // A name the registry lacks is refused, naming the ones it has.
+    for (method, path, body) in [
+        ("PUT", conv(id, "/model"), json!({"model": "gamma"})),
+        (
+            "POST",
+            conv(id, "/messages"),
+            json!({"text": "x", "model": "gamma"}),
+        ),
+        (
+            "POST",
+            conv(id, &format!("/messages/{first}/regenerate")),
+            json!({"model": "gamma"}),
+        ),
+    ] {
+        let (status, error) = s.call(method, &path, Some(body)).await;
+        assert_eq!(status, 400, "{method} {path}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("`gamma`") && message.contains("alpha, beta"),
+            "{message}"
+        );
+    }
+    let (status, _) = s
+        .call(
+            "GET",
+            "/v1/conversations/00000000-0000-0000-0000-000000000000/model",
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    s.stop().await;
+}

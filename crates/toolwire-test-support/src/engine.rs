@@ -10,7 +10,7 @@ use std::time::Duration;
 use toolwire_core::{AgentEvent, ConversationId};
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{
-    HttpSettings, Provider, RetryPolicy, Script, ScriptedProvider, StreamLimits,
+    HttpSettings, Models, Provider, RetryPolicy, Script, ScriptedProvider, StreamLimits,
 };
 use toolwire_store::Store;
 use toolwire_tools::ToolRegistry;
@@ -49,7 +49,7 @@ pub fn http(url: &str) -> HttpSettings {
 /// An engine over a new SQLite file in a temporary directory (kept alive
 /// by the returned guard).
 pub async fn engine(
-    provider: Arc<dyn Provider>,
+    provider: impl Into<Models>,
     tools: ToolRegistry,
     config: EngineConfig,
 ) -> (Engine, tempfile::TempDir) {
@@ -74,7 +74,7 @@ pub async fn scripted_engine(
 /// server or a second engine of the same file opens it.
 pub async fn engine_at(
     db: &Path,
-    provider: Arc<dyn Provider>,
+    provider: impl Into<Models>,
     tools: ToolRegistry,
     config: EngineConfig,
 ) -> Engine {

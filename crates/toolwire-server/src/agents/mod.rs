@@ -7,6 +7,7 @@
 
 pub mod approvals;
 pub mod ids;
+pub mod models;
 pub mod options;
 pub mod owner;
 pub mod schema;

@@ -1,12 +1,13 @@
 //! The agent a conversation belongs to, if any, held while a turn starts
 //! in it: a turn started from the live view runs with that agent's tools
-//! and approval rules, exactly as one started by the Letta messages route.
+//! and approval rules, exactly as one started by the Letta messages route,
+//! and with the model chosen for the conversation (`models`).
 
 use toolwire_core::{ConversationId, StopReason};
 use toolwire_engine::{TurnHandle, TurnOptions};
 
 use crate::agents::options::agent_options;
-use crate::agents::{self, AgentRecord, approvals};
+use crate::agents::{self, AgentRecord, approvals, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -27,10 +28,11 @@ impl Owner {
             None => conversation.to_string(),
         };
         let lock = state.lock(&key).await;
-        let options = match &agent {
+        let mut options = match &agent {
             Some(agent) => agent_options(state, agent).await?,
             None => TurnOptions::default(),
         };
+        models::apply_chosen(state, conversation, &mut options).await?;
         Ok(Owner {
             agent,
             options,

@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId};
-use toolwire_engine::{EngineError, Follower, TurnHandle};
+use toolwire_engine::{EngineError, Follower, TurnHandle, TurnOptions};
 
-use crate::agents::{self, owner::Owner};
+use crate::agents::{self, models, owner::Owner};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
 use crate::live::tree;
@@ -179,6 +179,21 @@ pub struct SendRequest {
     text: String,
     #[serde(default)]
     parent_id: Option<String>,
+    /// The model of this turn only (a registry name).
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// `options` with the model a request names for its turn.
+fn with_model(
+    state: &AppState,
+    mut options: TurnOptions,
+    model: Option<&str>,
+) -> ApiResult<TurnOptions> {
+    if let Some(name) = model {
+        options.model = Some(models::known(state, name)?);
+    }
+    Ok(options)
 }
 
 /// Refuses text with nothing in it.
@@ -262,10 +277,11 @@ pub async fn send(
         }
     };
     let owner = Owner::lock(&state, id).await?;
+    let options = with_model(&state, owner.options.clone(), req.model.as_deref())?;
     let follower = state.engine.follow(id);
     let handle = state
         .engine
-        .send_with(id, &req.text, parent, owner.options.clone())
+        .send_with(id, &req.text, parent, options)
         .await
         .map_err(turn_error)?;
     accepted(&state, owner, follower, handle).await
@@ -274,6 +290,17 @@ pub async fn send(
 #[derive(Debug, Deserialize)]
 pub struct EditRequest {
     text: String,
+    /// The model of this turn only (a registry name).
+    #[serde(default)]
+    model: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RegenerateRequest {
+    /// Answer with this model (a registry name): a sibling written by
+    /// another model.
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// `POST /v1/conversations/{id}/messages/{mid}/edit`: a new sibling of
@@ -288,28 +315,32 @@ pub async fn edit(
     check_text(&req.text)?;
     message_of(&state, id, mid).await?;
     let owner = Owner::lock(&state, id).await?;
+    let options = with_model(&state, owner.options.clone(), req.model.as_deref())?;
     let follower = state.engine.follow(id);
     let handle = state
         .engine
-        .edit_with(mid, &req.text, owner.options.clone())
+        .edit_with(mid, &req.text, options)
         .await
         .map_err(turn_error)?;
     accepted(&state, owner, follower, handle).await
 }
 
 /// `POST /v1/conversations/{id}/messages/{mid}/regenerate`: a new answer
-/// in place of assistant message `mid`.
+/// in place of assistant message `mid`, by the model the body names if
+/// it names one.
 pub async fn regenerate(
     State(state): State<AppState>,
     Path((id, mid)): Path<(String, String)>,
+    Body(req): Body<RegenerateRequest>,
 ) -> ApiResult<Response> {
     let id = conversation_id(&id)?;
     let mid = path_message_id(&mid)?;
     message_of(&state, id, mid).await?;
     let owner = Owner::lock(&state, id).await?;
+    let options = with_model(&state, owner.options.clone(), req.model.as_deref())?;
     let handle = state
         .engine
-        .regenerate_with(mid, owner.options.clone())
+        .regenerate_with(mid, options)
         .await
         .map_err(turn_error)?;
     let run_id = handle.run_id;
@@ -354,4 +385,49 @@ pub async fn set_active_leaf(
         .map_err(turn_error)?;
     let last = state.live.index.last_seq(&state.engine, id).await?;
     Ok(Json(tree::tree(&state, id, last).await?))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ModelChoice {
+    /// A registry name, or `null` for the agent's model or the default.
+    model: Option<String>,
+}
+
+/// The conversation's model: the one its turns use, the one chosen for it
+/// (if any), and the models there are.
+async fn model_view(state: &AppState, id: ConversationId) -> ApiResult<Value> {
+    let chosen = models::chosen(state, id).await?;
+    let owner_model = Owner::lock(state, id).await?.options.model;
+    let registry = state.engine.models();
+    let effective = owner_model.unwrap_or_else(|| registry.default_entry().info.name.clone());
+    Ok(json!({
+        "model": effective,
+        "chosen": chosen,
+        "default": registry.default_entry().info.name,
+        "models": registry.iter().map(models::describe).collect::<Vec<_>>(),
+    }))
+}
+
+/// `GET /v1/conversations/{id}/model`.
+pub async fn model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    state.store().conversation(id).await?;
+    Ok(Json(model_view(&state, id).await?))
+}
+
+/// `PUT /v1/conversations/{id}/model`: the model the conversation's next
+/// turns use (those started here; a Letta agent's own routes keep its
+/// model).
+pub async fn set_model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<ModelChoice>,
+) -> ApiResult<Json<Value>> {
+    let id = conversation_id(&id)?;
+    state.store().conversation(id).await?;
+    models::choose(&state, id, req.model.as_deref()).await?;
+    Ok(Json(model_view(&state, id).await?))
 }

@@ -400,7 +400,7 @@ impl Renderer {
                 json!({"tool_call_id": id, "tool_name": name, "status": status_name(status)})
             })
             .collect();
-        json!({
+        let mut frame = json!({
             "type": "conv_update",
             "seq": seq,
             "message_id": message.id,
@@ -410,7 +410,11 @@ impl Renderer {
             "source": source,
             "token_usage": message.usage,
             "tool_calls": calls,
-        })
+        });
+        if let Some(model) = &message.model {
+            frame["model"] = json!(model);
+        }
+        frame
     }
 
     /// `TurnState` of the running turn, if one is rendered.

@@ -38,6 +38,10 @@ pub fn routes() -> Router<AppState> {
             "/v1/conversations/{id}/messages/{mid}/regenerate",
             post(conversations::regenerate),
         )
+        .route(
+            "/v1/conversations/{id}/model",
+            get(conversations::model).put(conversations::set_model),
+        )
         .route("/v1/conversations/{id}/fork", post(conversations::fork))
         .route(
             "/v1/conversations/{id}/active_leaf",

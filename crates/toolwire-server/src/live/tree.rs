@@ -98,6 +98,7 @@ fn node(message: &Message, children: &[&Message], names: &HashMap<&ToolCallId, &
         "status": message.status.as_str(),
         "usage": message.usage,
         "cost": message.cost,
+        "model": message.model,
         "created_at": message.created_at,
         "tool_calls": message
             .tool_uses()

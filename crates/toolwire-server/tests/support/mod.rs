@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use toolwire_engine::EngineConfig;
+use toolwire_providers::Models;
 use toolwire_server::{AppState, ServerSettings};
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::confined::Policy;
@@ -32,6 +33,17 @@ impl Server {
     pub async fn start_with(
         db: &Path,
         script: &str,
+        settings: ServerSettings,
+        config: EngineConfig,
+    ) -> Server {
+        let models = Models::single(toolwire_test_support::script(script));
+        Server::start_models(db, models, settings, config).await
+    }
+
+    /// A server whose turns are answered by `models`.
+    pub async fn start_models(
+        db: &Path,
+        models: Models,
         mut settings: ServerSettings,
         config: EngineConfig,
     ) -> Server {
@@ -47,13 +59,8 @@ impl Server {
                 db.parent().unwrap().canonicalize().unwrap(),
             );
         }
-        let engine = toolwire_test_support::engine_at(
-            db,
-            toolwire_test_support::script(script),
-            ToolRegistry::new(),
-            config,
-        )
-        .await;
+        let engine =
+            toolwire_test_support::engine_at(db, models, ToolRegistry::new(), config).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

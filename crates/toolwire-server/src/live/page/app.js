@@ -40,6 +40,8 @@
     editing: null, // id of the message being edited
     note: '', // why the last turn stopped, when worth saying
     sending: false,
+    models: [], // the models there are ({name, provider, model, …})
+    model: null, // the model this conversation's turns use
   };
   const cardEls = new Map(); // card key -> the card's element (kept across renders)
   // A card's key is its tool_call_id, except for an older call whose id a
@@ -215,8 +217,10 @@
     clearError();
     renderConversations();
     renderAll();
+    renderModelPicker();
     if (!id) return;
     $('composer').focus();
+    loadModel(id);
     try {
       const tree = await api('GET', convPath(id) + '/tree');
       if (S.convId !== id) return;
@@ -250,7 +254,7 @@
     // that its cached view does not (usage, cost, notifications) wins.
     for (const [id, v] of S.views) {
       const n = S.nodes.get(id);
-      if (n) Object.assign(v, { usage: n.usage, cost: n.cost, status: n.status, notifications: n.notifications });
+      if (n) Object.assign(v, { usage: n.usage, cost: n.cost, status: n.status, notifications: n.notifications, model: n.model });
     }
     if (!tree.running && !S.running) S.liveTools = S.liveTools.filter((id) => S.pending.has(id));
   }
@@ -614,6 +618,7 @@
     }
     const usage = n.usage;
     const meta = [];
+    if (role === 'assistant' && n.model) meta.push(n.model);
     if (usage) {
       meta.push(usage.prompt_tokens + ' in · ' + usage.completion_tokens + ' out' + (usage.cached_tokens ? ' · ' + usage.cached_tokens + ' cached' : ''));
     }
@@ -629,6 +634,13 @@
     }
     if (role === 'assistant') {
       actions.append(el('button', { type: 'button', class: 'regenerate', disabled: S.running, title: 'Answer again: a new version of this answer', onclick: () => regenerate(id) }, 'Regenerate'));
+      if (S.models.length > 1) {
+        const pick = el('select', { class: 'regenerate-with', disabled: S.running, title: 'Answer again with another model: a new version by it', 'aria-label': 'Regenerate with another model' },
+          el('option', { value: '' }, 'with…'),
+          ...S.models.map((m) => el('option', { value: m.name }, m.name)));
+        pick.addEventListener('change', () => { if (pick.value) regenerate(id, pick.value); });
+        actions.append(pick);
+      }
     }
     if (role === 'user' || role === 'assistant') {
       actions.append(el('button', { type: 'button', class: 'fork', title: 'A new conversation with the history up to here', onclick: () => fork(id) }, 'Fork'));
@@ -800,14 +812,50 @@
     }
   }
 
-  async function regenerate(id) {
+  async function regenerate(id, model) {
     try {
-      const r = await api('POST', convPath(S.convId) + '/messages/' + enc(id) + '/regenerate');
+      const r = await api('POST', convPath(S.convId) + '/messages/' + enc(id) + '/regenerate', model ? { model } : undefined);
       startedRun(r);
       renderAll();
     } catch (e) {
       reportError('Could not regenerate the answer', e);
     }
+  }
+
+  /** The conversation's model and the models there are. */
+  async function loadModel(id) {
+    try {
+      const m = await api('GET', convPath(id) + '/model');
+      if (S.convId !== id) return;
+      S.models = m.models || [];
+      S.model = m.model;
+    } catch (e) {
+      if (S.convId === id) reportError('Could not load the models', e);
+      return;
+    }
+    renderModelPicker();
+    renderBranch();
+  }
+
+  function renderModelPicker() {
+    const pick = $('model-picker');
+    const many = !!S.convId && S.models.length > 1;
+    pick.hidden = !many;
+    if (!many) return;
+    pick.replaceChildren(...S.models.map((m) => el('option', { value: m.name, title: m.handle || m.model }, m.name)));
+    pick.value = S.model || '';
+  }
+
+  async function chooseModel(name) {
+    const id = S.convId;
+    try {
+      const m = await api('PUT', convPath(id) + '/model', { model: name });
+      if (S.convId !== id) return;
+      S.model = m.model;
+    } catch (e) {
+      reportError('Could not choose the model', e);
+    }
+    renderModelPicker();
   }
 
   async function fork(id) {
@@ -1006,6 +1054,7 @@
         cost: null,
         tool_calls: (f.tool_calls || []).map((c) => ({ tool_call_id: c.tool_call_id, tool_name: c.tool_name })),
         notifications: 0,
+        model: f.model || null,
       });
       S.order.push(id);
       const parent = f.parent_id && S.nodes.get(f.parent_id);
@@ -1127,6 +1176,7 @@
       }
     });
     $('stop').addEventListener('click', () => send({ type: 'cancel' }));
+    $('model-picker').addEventListener('change', () => chooseModel($('model-picker').value));
     $('error-close').addEventListener('click', clearError);
     $('tree-toggle').addEventListener('click', () => {
       const p = $('tree-panel');
