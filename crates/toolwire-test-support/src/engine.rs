@@ -10,7 +10,7 @@ use std::time::Duration;
 use toolwire_core::{AgentEvent, ConversationId};
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{
-    HttpSettings, Models, Provider, RetryPolicy, Script, ScriptedProvider, StreamLimits,
+    HttpSettings, Models, RetryPolicy, Script, ScriptedProvider, StreamLimits,
 };
 use toolwire_store::Store;
 use toolwire_tools::ToolRegistry;
