@@ -31,6 +31,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod client_fs;
+mod config;
 mod convert;
 mod edits;
 mod errors;
@@ -53,7 +54,7 @@ use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, InitializeRequest, InitializeResponse,
     LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
     NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, StopReason,
+    SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -193,7 +194,8 @@ pub async fn serve(
         clock: Arc::default(),
         waiting_prompts: Arc::default(),
     };
-    let (a1, a2, a3, a4, a5, a6) = (
+    let (a1, a2, a3, a4, a5, a6, a7) = (
+        agent.clone(),
         agent.clone(),
         agent.clone(),
         agent.clone(),
@@ -224,6 +226,12 @@ pub async fn serve(
         )
         .on_receive_request(
             async move |request: PromptRequest, responder, cx| a4.prompt(request, responder, cx),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionConfigOptionRequest, responder, cx| {
+                a7.set_config_option(request, responder, cx).await
+            },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_notification(
@@ -490,6 +498,13 @@ impl AcpAgent {
         let watcher = self
             .watch(conversation, &cwd, tools.own_writes.clone())
             .await;
+        let chosen = match self.engine.chosen_model(conversation).await {
+            Ok(chosen) => chosen,
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "the session's model could not be read; the default answers");
+                None
+            }
+        };
         let id: Arc<str> = conversation.to_string().into();
         let caps = self.client_caps();
         let tracker = TrackerConfig {
@@ -513,6 +528,7 @@ impl AcpAgent {
             mcp_servers,
             last_used: Arc::new(AtomicU64::new(self.tick())),
             tasks: tools.tasks,
+            model: Arc::new(Mutex::new(chosen)),
             _watcher: watcher,
         };
         // Turns the engine starts itself (a waking notification, a late
@@ -709,7 +725,8 @@ impl AcpAgent {
             )
             .await;
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
-        responder.respond(NewSessionResponse::new(id))
+        let options = self.config_options(&id);
+        responder.respond(NewSessionResponse::new(id).config_options(options))
     }
 
     async fn load_session(
@@ -785,7 +802,38 @@ impl AcpAgent {
         for update in session::replay(&branch, &request.cwd) {
             cx.send_notification(SessionNotification::new(id.clone(), update))?;
         }
-        responder.respond(LoadSessionResponse::new())
+        responder.respond(LoadSessionResponse::new().config_options(self.config_options(&id)))
+    }
+
+    /// The configuration options of open session `id`.
+    fn config_options(
+        &self,
+        id: &SessionId,
+    ) -> Vec<agent_client_protocol::v1::schema::SessionConfigOption> {
+        self.session(id)
+            .map(|session| config::options(&self.engine, &session))
+            .unwrap_or_default()
+    }
+
+    /// `session/set_config_option`: the model picker.
+    async fn set_config_option(
+        &self,
+        request: SetSessionConfigOptionRequest,
+        responder: Responder<SetSessionConfigOptionResponse>,
+        cx: ConnectionTo<Client>,
+    ) -> AcpResult {
+        let session = match self.open(&request.session_id, &cx).await {
+            Ok(session) => session,
+            Err(e) => return responder.respond_with_error(e),
+        };
+        if let Err(e) = config::set(&self.engine, &session, &request).await {
+            return responder.respond_with_error(e);
+        }
+        tracing::info!(session = %request.session_id.0, option = %request.config_id.0, "ACP session/set_config_option");
+        responder.respond(SetSessionConfigOptionResponse::new(config::options(
+            &self.engine,
+            &session,
+        )))
     }
 
     /// Starts the turn outside the dispatch loop (so that `session/cancel`

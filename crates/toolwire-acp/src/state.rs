@@ -51,6 +51,8 @@ pub(crate) struct Session {
     /// `run_command`'s background tasks: a session with some running is
     /// not parked (parking would stop them).
     pub(crate) tasks: Arc<builtin::BackgroundTasks>,
+    /// The model chosen for the session (`None`: the default).
+    pub(crate) model: Arc<Mutex<Option<String>>>,
     /// The watcher of `cwd`, telling this session's conversation only; it
     /// stops when the session (its last clone) goes.
     pub(crate) _watcher: Option<Arc<WatchHandle>>,
@@ -69,7 +71,19 @@ impl Session {
                 &self.policies,
                 &self.permissions,
             ),
+            model: self.model(),
             ..TurnOptions::default()
+        }
+    }
+
+    /// The model chosen for the session, if any.
+    pub(crate) fn model(&self) -> Option<String> {
+        self.model.lock().ok().and_then(|m| m.clone())
+    }
+
+    pub(crate) fn set_model(&self, model: Option<String>) {
+        if let Ok(mut m) = self.model.lock() {
+            *m = model;
         }
     }
 

@@ -28,6 +28,7 @@
 
 mod approval;
 mod bus;
+mod chosen_model;
 mod config;
 mod edit;
 mod engine;

@@ -1,8 +1,8 @@
-//! Which model answers a conversation: the model chosen for it (the live
-//! view's picker, kept as a record beside the conversation), else its
-//! agent's, else the registry's default; and one turn may name its own
-//! ("regenerate with…"). Names are the registry's; a name it lacks is
-//! refused with the ones it has.
+//! Which model answers a conversation's turns started here: the model
+//! chosen for it (the page's picker, or an editor's: the engine keeps the
+//! choice), else its agent's, else the registry's default; and one turn
+//! may name its own ("regenerate with…"). Names are the registry's; a
+//! name it lacks is refused with the ones it has.
 
 use serde_json::{Value, json};
 use toolwire_core::ConversationId;
@@ -11,10 +11,6 @@ use toolwire_providers::ModelEntry;
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-
-/// The kind of a conversation's model choice record (id: the
-/// conversation's).
-pub const KIND: &str = "conversation_model";
 
 /// The registry name of a model a client named, or a 400 listing them.
 pub fn known(state: &AppState, name: &str) -> ApiResult<String> {
@@ -34,25 +30,9 @@ pub fn known(state: &AppState, name: &str) -> ApiResult<String> {
     }
 }
 
-/// The model chosen for `conversation`, if one was and the registry
-/// still has it (a model dropped from the config since is passed over,
-/// with a warning, rather than failing every turn).
+/// The model chosen for `conversation`, if any (the engine keeps it).
 pub async fn chosen(state: &AppState, conversation: ConversationId) -> ApiResult<Option<String>> {
-    let Some(doc) = state
-        .store()
-        .document(KIND, &conversation.to_string())
-        .await?
-    else {
-        return Ok(None);
-    };
-    let Some(name) = doc.body.get("model").and_then(Value::as_str) else {
-        return Ok(None);
-    };
-    if state.engine.models().get(name).is_none() {
-        tracing::warn!(%conversation, model = name, "the model chosen for the conversation is no longer configured; the default answers");
-        return Ok(None);
-    }
-    Ok(Some(name.to_owned()))
+    Ok(state.engine.chosen_model(conversation).await?)
 }
 
 /// Chooses `model` for `conversation` (`None`: back to its agent's or the
@@ -62,19 +42,11 @@ pub async fn choose(
     conversation: ConversationId,
     model: Option<&str>,
 ) -> ApiResult<()> {
-    let id = conversation.to_string();
-    match model {
-        Some(name) => {
-            let name = known(state, name)?;
-            state
-                .engine
-                .put_record(KIND, &id, &json!({"model": name}))
-                .await?;
-        }
-        None => {
-            state.engine.delete_record(KIND, &id).await?;
-        }
-    }
+    let model = model.map(|name| known(state, name)).transpose()?;
+    state
+        .engine
+        .choose_model(conversation, model.as_deref())
+        .await?;
     Ok(())
 }
 
