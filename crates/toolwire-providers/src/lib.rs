@@ -23,7 +23,6 @@ pub mod anthropic;
 mod history;
 mod http;
 pub mod openai;
-mod redact;
 mod retry_after;
 pub mod scripted;
 pub mod xml_format;
