@@ -9,8 +9,7 @@ mod suite;
 
 use std::future::Future;
 
-use sqlx::{Connection, PgConnection};
-use suite::Db;
+use suite::{Db, connect_postgres};
 
 const URL_VAR: &str = "TOOLWIRE_TEST_POSTGRES_URL";
 
@@ -49,20 +48,18 @@ where
 {
     let Some(admin_url) = admin_url() else { return };
     let name = format!("tw_test_{}", uuid::Uuid::now_v7().simple());
-    let mut admin = PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
+    let admin = connect_postgres(&admin_url).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
     let db = Db::new(with_database(&admin_url, &name)).await;
     // On a task, so that the database is dropped even when the check fails.
     let outcome = tokio::spawn(check(db)).await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {name} WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await
-    .unwrap();
+    admin
+        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .unwrap();
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }

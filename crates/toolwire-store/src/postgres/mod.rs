@@ -1,20 +1,29 @@
 //! The PostgreSQL backend, for several toolwire instances sharing one
-//! database (`postgres://…`), on sqlx: a pool of connections, each
-//! method one statement or one transaction, migrations by `sqlx::migrate!`
-//! (recorded in `_sqlx_migrations`). The SQL is [`crate::sql`]'s, shared
-//! with the SQLite backend; only the path query is this backend's own.
+//! database (`postgres://…`), on tokio-postgres: a pool of connections
+//! ([`pool`]), each method one statement or one transaction on one of them
+//! (its statements prepared once per connection), migrations run when the
+//! store opens ([`migrate`]). The SQL is [`crate::sql`]'s, shared with the
+//! SQLite backend, and so are the rows, read by position ([`rows`]); only
+//! the path query is this backend's own.
+
+mod migrate;
+mod pool;
+mod rows;
 
 use async_trait::async_trait;
-use sqlx::Row as _;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use deadpool_postgres::{GenericClient, Pool};
+use tokio_postgres::types::{FromSqlOwned, Json, ToSql};
 use toolwire_core::{
     AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
     TreeError,
 };
 
+pub(crate) use pool::describe;
+use rows::FromPostgres;
+
 use crate::rows::{
-    self, ConversationRow, DocumentRow, EventRow, InstanceRow, MessageRow, MessageValues, RunRow,
-    SummaryRow, Ts, UnfinishedRow, message_columns,
+    self as shared, ConversationRow, DocumentRow, EventRow, InstanceRow, MessageRow, MessageValues,
+    RunRow, SummaryRow, Ts, UnfinishedRow, message_columns,
 };
 use crate::sql::{
     self, CHILDREN_AND_SELF, CONVERSATION_MESSAGES, DELETE_DOCUMENT, EVENTS_SINCE, FINISH_RUN,
@@ -30,8 +39,6 @@ use crate::{
     StoredEvent, UnfinishedRun,
 };
 
-type Conn = <sqlx::Postgres as sqlx::Database>::Connection;
-
 /// The path in one query: each line's part (see [`path_lines`]) is one
 /// range of the `(line, seq)` index.
 const PATH_TO: &str = concat!(
@@ -43,163 +50,201 @@ const PATH_TO: &str = concat!(
 );
 
 /// A [`Store`] in a PostgreSQL database.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    // The pool's configuration holds the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("connections", &self.pool.status().size)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PostgresStore {
     /// Connects to the database at `url` and migrates it.
     pub async fn open(url: &str) -> Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .connect(url)
-            .await?;
-        let migrator = sqlx::migrate!("./migrations/postgres");
-        // No table yet: a new database, nothing to say.
-        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-            .fetch_all(&pool)
+        let pool = pool::pool(url)?;
+        // Made now, so that a wrong URL fails here and not at first use.
+        let mut client = pool
+            .get()
             .await
-            .unwrap_or_default();
-        if !applied.is_empty() {
-            for m in migrator.iter().filter(|m| !applied.contains(&m.version)) {
-                crate::announce_migration(m.version, &m.description);
-            }
-        }
-        migrator.run(&pool).await?;
+            .map_err(|e| pool::first_connection_failed(e, url))?;
+        migrate::run(&mut client).await?;
         Ok(PostgresStore { pool })
     }
 
-    /// Closes the connections (waiting for the ones in use).
+    /// Closes the pool: connections in use close when their methods end,
+    /// and methods called from now on fail with [`StoreError::Closed`].
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.pool.close();
     }
 }
 
+/// The rows `sql` selects, each read as an `R`.
+async fn all<R: FromPostgres>(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<R>> {
+    let statement = c.prepare_cached(sql).await?;
+    let rows = c.query(&statement, params).await?;
+    Ok(rows
+        .iter()
+        .map(R::from_postgres)
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+/// The row `sql` selects, if any, read as an `R`.
+async fn one<R: FromPostgres>(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<R>> {
+    let statement = c.prepare_cached(sql).await?;
+    let row = c.query_opt(&statement, params).await?;
+    Ok(row.as_ref().map(R::from_postgres).transpose()?)
+}
+
+/// The first column of the row `sql` selects, if any.
+async fn scalar<T: FromSqlOwned>(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<T>> {
+    let statement = c.prepare_cached(sql).await?;
+    let row = c.query_opt(&statement, params).await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+/// Runs `sql`; returns how many rows it changed.
+async fn execute(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64> {
+    let statement = c.prepare_cached(sql).await?;
+    Ok(c.execute(&statement, params).await?)
+}
+
+async fn insert_conversation(c: &impl GenericClient, conversation: &Conversation) -> Result<()> {
+    execute(
+        c,
+        INSERT_CONVERSATION,
+        &[
+            &conversation.id.0,
+            &conversation.title,
+            &conversation.root_id.0,
+            &conversation.active_leaf.0,
+            &conversation.forked_from.map(|f| f.conversation_id.0),
+            &conversation.forked_from.map(|f| f.message_id.0),
+            &Ts::from(conversation.created_at).0,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Appends `events` to the conversation's log. The counter's row stays
+/// locked until commit, so concurrent appends to one conversation take
+/// 1, 2, 3 … in turn, without gaps.
+async fn insert_events(
+    c: &impl GenericClient,
+    conversation: ConversationId,
+    events: &[AgentEvent],
+) -> Result<Vec<u64>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let corrupt =
+        |seq: i64| StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"));
+    let count = i64::try_from(events.len()).map_err(|_| corrupt(-1))?;
+    let last: i64 = scalar(c, TAKE_EVENT_SEQS, &[&conversation.0, &count])
+        .await?
+        .ok_or(StoreError::ConversationNotFound(conversation))?;
+    let now = Ts::now().0;
+    let mut seqs = Vec::with_capacity(events.len());
+    for (seq, event) in (last - count + 1..).zip(events) {
+        let (kind, payload) = shared::event_json(event)?;
+        execute(
+            c,
+            INSERT_EVENT,
+            &[&conversation.0, &seq, &kind, &Json(&payload), &now],
+        )
+        .await?;
+        seqs.push(u64::try_from(seq).map_err(|_| corrupt(seq))?);
+    }
+    Ok(seqs)
+}
+
+async fn insert_message(c: &impl GenericClient, m: &Message) -> Result<()> {
+    let v = MessageValues::from(m);
+    let inserted = execute(
+        c,
+        INSERT_MESSAGE,
+        &[
+            &v.id,
+            &v.conversation_id,
+            &v.parent_id,
+            &v.role,
+            &Json(v.content),
+            &v.prompt_tokens,
+            &v.completion_tokens,
+            &v.cached_tokens,
+            &v.cost,
+            &v.model,
+            &v.duration_ms,
+            &v.status,
+            &v.created_at.0,
+        ],
+    )
+    .await;
+    match inserted {
+        Err(e) if pool::is_unique_violation(&e) => Err(StoreError::DuplicateMessage(m.id)),
+        other => other.map(drop),
+    }
+}
+
+async fn path(c: &impl GenericClient, leaf: MessageId) -> Result<Vec<Message>> {
+    let path: Vec<MessageRow> = all(c, PATH_TO, &[&leaf.0]).await?;
+    if path.is_empty() {
+        return Err(StoreError::MessageNotFound(leaf));
+    }
+    shared::messages(path)
+}
+
+async fn get_conversation(c: &impl GenericClient, id: ConversationId) -> Result<Conversation> {
+    one::<ConversationRow>(c, SELECT_CONVERSATION, &[&id.0])
+        .await?
+        .ok_or(StoreError::ConversationNotFound(id))?
+        .try_into()
+}
+
 impl PostgresStore {
-    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-        Ok(self.pool.begin().await?)
-    }
-
-    async fn insert_conversation(conn: &mut Conn, c: &Conversation) -> Result<()> {
-        sqlx::query(INSERT_CONVERSATION)
-            .bind(c.id.0)
-            .bind(c.title.as_deref())
-            .bind(c.root_id.0)
-            .bind(c.active_leaf.0)
-            .bind(c.forked_from.map(|f| f.conversation_id.0))
-            .bind(c.forked_from.map(|f| f.message_id.0))
-            .bind(Ts::from(c.created_at))
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Appends `events` to the conversation's log. The counter's row
-    /// stays locked until commit, so concurrent appends to one
-    /// conversation take 1, 2, 3 … in turn, without gaps.
-    async fn insert_events(
-        conn: &mut Conn,
-        conversation: ConversationId,
-        events: &[AgentEvent],
-    ) -> Result<Vec<u64>> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let corrupt =
-            |seq: i64| StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"));
-        let count = i64::try_from(events.len()).map_err(|_| corrupt(-1))?;
-        let last: i64 = sqlx::query_scalar(TAKE_EVENT_SEQS)
-            .bind(conversation.0)
-            .bind(count)
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or(StoreError::ConversationNotFound(conversation))?;
-        let now = Ts::now();
-        let mut seqs = Vec::with_capacity(events.len());
-        for (seq, event) in (last - count + 1..).zip(events) {
-            let (kind, payload) = rows::event_json(event)?;
-            sqlx::query(INSERT_EVENT)
-                .bind(conversation.0)
-                .bind(seq)
-                .bind(kind)
-                .bind(payload)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-            seqs.push(u64::try_from(seq).map_err(|_| corrupt(seq))?);
-        }
-        Ok(seqs)
-    }
-
-    async fn insert_message(conn: &mut Conn, m: &Message) -> Result<()> {
-        let v = MessageValues::from(m);
-        let inserted = sqlx::query(INSERT_MESSAGE)
-            .bind(v.id)
-            .bind(v.conversation_id)
-            .bind(v.parent_id)
-            .bind(v.role)
-            .bind(v.content)
-            .bind(v.prompt_tokens)
-            .bind(v.completion_tokens)
-            .bind(v.cached_tokens)
-            .bind(v.cost)
-            .bind(v.model)
-            .bind(v.duration_ms)
-            .bind(v.status)
-            .bind(v.created_at)
-            .execute(conn)
-            .await;
-        match inserted {
-            Err(e) if rows::is_unique_violation(&e) => Err(StoreError::DuplicateMessage(m.id)),
-            other => other.map(|_| ()).map_err(Into::into),
-        }
-    }
-
-    /// The path to `leaf` through sqlx (the backend's `path_to` may
-    /// read it another way).
-    async fn path(conn: &mut Conn, leaf: MessageId) -> Result<Vec<Message>> {
-        let path = sqlx::query_as::<_, MessageRow>(PATH_TO)
-            .bind(leaf.0)
-            .fetch_all(conn)
-            .await?;
-        if path.is_empty() {
-            return Err(StoreError::MessageNotFound(leaf));
-        }
-        rows::messages(path)
+    async fn client(&self) -> Result<deadpool_postgres::Client> {
+        Ok(self.pool.get().await?)
     }
 
     /// The messages `sql` (one of [`crate::sql`]'s message lists) selects
     /// for `key`.
     async fn messages_where(&self, sql: &'static str, key: uuid::Uuid) -> Result<Vec<Message>> {
-        rows::messages(
-            sqlx::query_as::<_, MessageRow>(sql)
-                .bind(key)
-                .fetch_all(&self.pool)
-                .await?,
-        )
-    }
-
-    async fn get_conversation(conn: &mut Conn, id: ConversationId) -> Result<Conversation> {
-        sqlx::query_as::<_, ConversationRow>(SELECT_CONVERSATION)
-            .bind(id.0)
-            .fetch_optional(conn)
-            .await?
-            .ok_or(StoreError::ConversationNotFound(id))?
-            .try_into()
+        let client = self.client().await?;
+        shared::messages(all(&client, sql, &[&key]).await?)
     }
 }
 
 #[async_trait]
 impl StoreRead for PostgresStore {
     async fn conversation(&self, id: ConversationId) -> Result<Conversation> {
-        let mut conn = self.pool.acquire().await?;
-        Self::get_conversation(&mut conn, id).await
+        get_conversation(&self.client().await?, id).await
     }
 
     async fn list_conversations(&self) -> Result<Vec<ConversationSummary>> {
-        sqlx::query_as::<_, SummaryRow>(LIST_CONVERSATIONS)
-            .fetch_all(&self.pool)
+        let client = self.client().await?;
+        all::<SummaryRow>(&client, LIST_CONVERSATIONS, &[])
             .await?
             .into_iter()
             .map(ConversationSummary::try_from)
@@ -207,17 +252,15 @@ impl StoreRead for PostgresStore {
     }
 
     async fn message(&self, id: MessageId) -> Result<Message> {
-        sqlx::query_as::<_, MessageRow>(SELECT_MESSAGE)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
+        let client = self.client().await?;
+        one::<MessageRow>(&client, SELECT_MESSAGE, &[&id.0])
             .await?
             .ok_or(StoreError::MessageNotFound(id))?
             .try_into()
     }
 
     async fn path_to(&self, leaf: MessageId) -> Result<Vec<Message>> {
-        let mut conn = self.pool.acquire().await?;
-        Self::path(&mut conn, leaf).await
+        path(&self.client().await?, leaf).await
     }
 
     async fn children(&self, id: MessageId) -> Result<Vec<Message>> {
@@ -236,34 +279,27 @@ impl StoreRead for PostgresStore {
     }
 
     async fn total_cost(&self, conversation: ConversationId) -> Result<f64> {
-        sqlx::query_scalar(TOTAL_COST)
-            .bind(conversation.0)
-            .fetch_optional(&self.pool)
+        scalar(&self.client().await?, TOTAL_COST, &[&conversation.0])
             .await?
             .ok_or(StoreError::ConversationNotFound(conversation))
     }
 
     async fn instance(&self, id: InstanceId) -> Result<Option<InstanceRecord>> {
-        sqlx::query_as::<_, InstanceRow>(SELECT_INSTANCE)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
+        one::<InstanceRow>(&self.client().await?, SELECT_INSTANCE, &[&id.0])
             .await?
             .map(InstanceRecord::try_from)
             .transpose()
     }
 
     async fn run(&self, id: RunId) -> Result<RunRecord> {
-        sqlx::query_as::<_, RunRow>(SELECT_RUN)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
+        one::<RunRow>(&self.client().await?, SELECT_RUN, &[&id.0])
             .await?
             .ok_or(StoreError::RunNotFound(id))?
             .try_into()
     }
 
     async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>> {
-        sqlx::query_as::<_, UnfinishedRow>(UNFINISHED_RUNS)
-            .fetch_all(&self.pool)
+        all::<UnfinishedRow>(&self.client().await?, UNFINISHED_RUNS, &[])
             .await?
             .into_iter()
             .map(UnfinishedRun::try_from)
@@ -276,16 +312,17 @@ impl StoreRead for PostgresStore {
         after: u64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>> {
-        let mut conn = self.pool.acquire().await?;
-        let events = sqlx::query_as::<_, EventRow>(EVENTS_SINCE)
-            .bind(conversation.0)
-            .bind(i64::try_from(after).unwrap_or(i64::MAX))
-            .bind(i64::from(limit))
-            .fetch_all(&mut *conn)
-            .await?;
+        let client = self.client().await?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let events: Vec<EventRow> = all(
+            &client,
+            EVENTS_SINCE,
+            &[&conversation.0, &after, &i64::from(limit)],
+        )
+        .await?;
         if events.is_empty() {
             // Nothing new, or no such conversation?
-            Self::get_conversation(&mut conn, conversation).await?;
+            get_conversation(&client, conversation).await?;
         }
         events
             .into_iter()
@@ -294,19 +331,14 @@ impl StoreRead for PostgresStore {
     }
 
     async fn document(&self, kind: &str, id: &str) -> Result<Option<Document>> {
-        sqlx::query_as::<_, DocumentRow>(SELECT_DOCUMENT)
-            .bind(kind)
-            .bind(id)
-            .fetch_optional(&self.pool)
+        one::<DocumentRow>(&self.client().await?, SELECT_DOCUMENT, &[&kind, &id])
             .await?
             .map(Document::try_from)
             .transpose()
     }
 
     async fn documents(&self, kind: &str) -> Result<Vec<Document>> {
-        sqlx::query_as::<_, DocumentRow>(SELECT_DOCUMENTS)
-            .bind(kind)
-            .fetch_all(&self.pool)
+        all::<DocumentRow>(&self.client().await?, SELECT_DOCUMENTS, &[&kind])
             .await?
             .into_iter()
             .map(Document::try_from)
@@ -329,9 +361,10 @@ impl Store for PostgresStore {
         title: Option<&str>,
     ) -> Result<Conversation> {
         let (conversation, root) = new_conversation(system_prompt, title);
-        let mut tx = self.write().await?;
-        Self::insert_conversation(&mut tx, &conversation).await?;
-        Self::insert_message(&mut tx, &root).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        insert_conversation(&tx, &conversation).await?;
+        insert_message(&tx, &root).await?;
         tx.commit().await?;
         Ok(conversation)
     }
@@ -342,31 +375,32 @@ impl Store for PostgresStore {
         events: &[AgentEvent],
     ) -> Result<Vec<u64>> {
         let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
-        let mut tx = self.write().await?;
-        let parent_conversation: Option<uuid::Uuid> = sqlx::query_scalar(MESSAGE_CONVERSATION)
-            .bind(parent.0)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let parent_conversation: Option<uuid::Uuid> =
+            scalar(&tx, MESSAGE_CONVERSATION, &[&parent.0]).await?;
         check_parent(message, parent, parent_conversation)?;
-        // The conversation's row first: on PostgreSQL its lock
-        // serialises appends to one conversation, so that two
-        // children of one parent never both take its line.
-        sqlx::query(SET_ACTIVE_LEAF)
-            .bind(message.conversation_id.0)
-            .bind(message.id.0)
-            .execute(&mut *tx)
-            .await?;
-        Self::insert_message(&mut tx, message).await?;
-        let seqs = Self::insert_events(&mut tx, message.conversation_id, events).await?;
+        // The conversation's row first: on PostgreSQL its lock serialises
+        // appends to one conversation, so that two children of one parent
+        // never both take its line.
+        execute(
+            &tx,
+            SET_ACTIVE_LEAF,
+            &[&message.conversation_id.0, &message.id.0],
+        )
+        .await?;
+        insert_message(&tx, message).await?;
+        let seqs = insert_events(&tx, message.conversation_id, events).await?;
         tx.commit().await?;
         Ok(seqs)
     }
 
     async fn update(&self, message: &Message) -> Result<()> {
-        let mut tx = self.write().await?;
-        let stored = sqlx::query(MESSAGE_PLACE)
-            .bind(message.id.0)
-            .fetch_optional(&mut *tx)
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let statement = tx.prepare_cached(MESSAGE_PLACE).await?;
+        let stored = tx
+            .query_opt(&statement, &[&message.id.0])
             .await?
             .ok_or(StoreError::MessageNotFound(message.id))?;
         let conversation: uuid::Uuid = stored.try_get(0)?;
@@ -374,58 +408,57 @@ impl Store for PostgresStore {
         let role: String = stored.try_get(2)?;
         check_update(message, conversation, parent, &role)?;
         let v = MessageValues::from(message);
-        sqlx::query(UPDATE_MESSAGE)
-            .bind(v.id)
-            .bind(v.content)
-            .bind(v.prompt_tokens)
-            .bind(v.completion_tokens)
-            .bind(v.cached_tokens)
-            .bind(v.cost)
-            .bind(v.model)
-            .bind(v.duration_ms)
-            .bind(v.status)
-            .execute(&mut *tx)
-            .await?;
+        execute(
+            &tx,
+            UPDATE_MESSAGE,
+            &[
+                &v.id,
+                &Json(v.content),
+                &v.prompt_tokens,
+                &v.completion_tokens,
+                &v.cached_tokens,
+                &v.cost,
+                &v.model,
+                &v.duration_ms,
+                &v.status,
+            ],
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn set_active_leaf(&self, conversation: ConversationId, leaf: MessageId) -> Result<()> {
-        let mut tx = self.write().await?;
-        let owner: Option<uuid::Uuid> = sqlx::query_scalar(MESSAGE_CONVERSATION)
-            .bind(leaf.0)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let owner: Option<uuid::Uuid> = scalar(&tx, MESSAGE_CONVERSATION, &[&leaf.0]).await?;
         match owner {
             None => Err(StoreError::MessageNotFound(leaf)),
             Some(c) if c == conversation.0 => {
-                sqlx::query(SET_ACTIVE_LEAF)
-                    .bind(conversation.0)
-                    .bind(leaf.0)
-                    .execute(&mut *tx)
-                    .await?;
+                execute(&tx, SET_ACTIVE_LEAF, &[&conversation.0, &leaf.0]).await?;
                 tx.commit().await?;
                 Ok(())
             }
             Some(_) => {
-                Self::get_conversation(&mut tx, conversation).await?;
+                get_conversation(&tx, conversation).await?;
                 Err(TreeError::UnknownMessage(leaf).into())
             }
         }
     }
 
     async fn fork(&self, at: MessageId) -> Result<Conversation> {
-        let mut tx = self.write().await?;
-        let path = Self::path(&mut tx, at).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let path = path(&tx, at).await?;
         let source = path
             .first()
             .map(|root| root.conversation_id)
             .ok_or(StoreError::MessageNotFound(at))?;
-        let source = Self::get_conversation(&mut tx, source).await?;
+        let source = get_conversation(&tx, source).await?;
         let (conversation, copies) = forked(source, at, &path)?;
-        Self::insert_conversation(&mut tx, &conversation).await?;
+        insert_conversation(&tx, &conversation).await?;
         for copy in &copies {
-            Self::insert_message(&mut tx, copy).await?;
+            insert_message(&tx, copy).await?;
         }
         tx.commit().await?;
         Ok(conversation)
@@ -437,34 +470,27 @@ impl Store for PostgresStore {
         host: &str,
         pid: u32,
     ) -> Result<InstanceRecord> {
-        sqlx::query_as::<_, InstanceRow>(REGISTER_INSTANCE)
-            .bind(id.0)
-            .bind(host)
-            .bind(i64::from(pid))
-            .bind(Ts::now())
-            .fetch_one(&self.pool)
-            .await?
-            .try_into()
+        one::<InstanceRow>(
+            &self.client().await?,
+            REGISTER_INSTANCE,
+            &[&id.0, &host, &i64::from(pid), &Ts::now().0],
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("instance {id}: registering returned no row")))?
+        .try_into()
     }
 
     async fn heartbeat_instance(&self, id: InstanceId) -> Result<()> {
-        let updated = sqlx::query(HEARTBEAT_INSTANCE)
-            .bind(id.0)
-            .bind(Ts::now())
-            .execute(&self.pool)
-            .await?;
-        if updated.rows_affected() == 0 {
+        let client = self.client().await?;
+        if execute(&client, HEARTBEAT_INSTANCE, &[&id.0, &Ts::now().0]).await? == 0 {
             return Err(StoreError::InstanceNotFound(id));
         }
         Ok(())
     }
 
     async fn forget_instances(&self, silent_since: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        Ok(sqlx::query(FORGET_INSTANCES)
-            .bind(Ts::from(silent_since))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        let client = self.client().await?;
+        execute(&client, FORGET_INSTANCES, &[&Ts::from(silent_since).0]).await
     }
 
     async fn start_run(
@@ -473,49 +499,31 @@ impl Store for PostgresStore {
         conversation: ConversationId,
         owner: InstanceId,
     ) -> Result<()> {
-        let inserted = sqlx::query(START_RUN)
-            .bind(id.0)
-            .bind(conversation.0)
-            .bind(Ts::now())
-            .bind(owner.0)
-            .execute(&self.pool)
-            .await?;
-        if inserted.rows_affected() == 0 {
+        let client = self.client().await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&id.0, &conversation.0, &Ts::now().0, &owner.0];
+        if execute(&client, START_RUN, &params).await? == 0 {
             return Err(StoreError::ConversationNotFound(conversation));
         }
         Ok(())
     }
 
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> Result<()> {
-        let updated = sqlx::query(FINISH_RUN)
-            .bind(id.0)
-            .bind(reason.as_str())
-            .bind(error)
-            .bind(Ts::now())
-            .execute(&self.pool)
-            .await?;
-        if updated.rows_affected() == 0 {
+        let client = self.client().await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&id.0, &reason.as_str(), &error, &Ts::now().0];
+        if execute(&client, FINISH_RUN, &params).await? == 0 {
             return Err(StoreError::RunNotFound(id));
         }
         Ok(())
     }
 
     async fn interrupt_run(&self, id: RunId) -> Result<bool> {
-        let updated = sqlx::query(INTERRUPT_RUN)
-            .bind(id.0)
-            .bind(StopReason::Interrupted.as_str())
-            .bind(Ts::now())
-            .execute(&self.pool)
-            .await?;
-        if updated.rows_affected() > 0 {
+        let client = self.client().await?;
+        let interrupted = StopReason::Interrupted.as_str();
+        if execute(&client, INTERRUPT_RUN, &[&id.0, &interrupted, &Ts::now().0]).await? > 0 {
             return Ok(true);
         }
         // Runs are never deleted: one not found now never existed.
-        let known: Option<i32> = sqlx::query_scalar(RUN_EXISTS)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        match known {
+        match scalar::<i32>(&client, RUN_EXISTS, &[&id.0]).await? {
             Some(_) => Ok(false),
             None => Err(StoreError::RunNotFound(id)),
         }
@@ -526,19 +534,16 @@ impl Store for PostgresStore {
         conversation: ConversationId,
         events: &[AgentEvent],
     ) -> Result<Vec<u64>> {
-        let mut tx = self.write().await?;
-        let seqs = Self::insert_events(&mut tx, conversation, events).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let seqs = insert_events(&tx, conversation, events).await?;
         tx.commit().await?;
         Ok(seqs)
     }
 
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool> {
-        let deleted = sqlx::query(DELETE_DOCUMENT)
-            .bind(kind)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected() > 0)
+        let client = self.client().await?;
+        Ok(execute(&client, DELETE_DOCUMENT, &[&kind, &id]).await? > 0)
     }
 
     async fn write_documents(
@@ -546,26 +551,13 @@ impl Store for PostgresStore {
         kind: &str,
         changes: &[(String, Option<serde_json::Value>)],
     ) -> Result<()> {
-        let mut tx = self.write().await?;
-        let now = Ts::now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now = Ts::now().0;
         for (id, body) in changes {
             match body {
-                Some(body) => {
-                    sqlx::query(PUT_DOCUMENT)
-                        .bind(kind)
-                        .bind(id)
-                        .bind(sqlx::types::Json(body))
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?
-                }
-                None => {
-                    sqlx::query(DELETE_DOCUMENT)
-                        .bind(kind)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?
-                }
+                Some(body) => execute(&tx, PUT_DOCUMENT, &[&kind, id, &Json(body), &now]).await?,
+                None => execute(&tx, DELETE_DOCUMENT, &[&kind, id]).await?,
             };
         }
         tx.commit().await?;
