@@ -121,11 +121,7 @@ async fn scalar<T: FromSqlOwned>(
 }
 
 /// Runs `sql`; returns how many rows it changed.
-async fn execute(
-    c: &impl GenericClient,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<u64> {
+async fn execute(c: &impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
     let statement = c.prepare_cached(sql).await?;
     Ok(c.execute(&statement, params).await?)
 }
