@@ -6,7 +6,8 @@
 //! queue and block ([`notification`]), tool-call state and the patches
 //! that update it ([`tool_call`]), what agent events mean for tool calls
 //! ([`tool_events`], shared by every front door), what a model is told
-//! about a tool ([`tool_spec`]) and model pricing ([`pricing`]).
+//! about a tool ([`tool_spec`]), model pricing ([`pricing`]) and the
+//! redaction of secrets from URLs shown in errors ([`redact`]).
 //!
 //! **Invariants.** Pure: no I/O, no async, no wire-format names (no ACP,
 //! Letta or provider JSON). Every message but a conversation's root has a
@@ -25,6 +26,7 @@ pub mod ids;
 pub mod message;
 pub mod notification;
 pub mod pricing;
+pub mod redact;
 pub mod tool_call;
 pub mod tool_events;
 pub mod tool_spec;

@@ -12,9 +12,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use toolwire_stream::{Decoder, StreamEvent};
 
-use crate::redact::{redact_in, redact_url};
 use crate::retry_after::{self, RetryAfter};
 use crate::{EventStream, ProviderError};
+use toolwire_core::redact::{redact_in, redact_url};
 
 /// When and how often to try again.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -25,7 +25,6 @@ pub mod anthropic;
 mod history;
 mod http;
 pub mod openai;
-mod redact;
 pub mod registry;
 mod retry_after;
 pub mod scripted;

@@ -27,7 +27,6 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sqlx::{Connection, PgConnection};
 use tokio::runtime::Runtime;
 use toolwire_core::{ContentBlock, Message, MessageId, Role, Usage};
 use toolwire_store::Store;
@@ -239,9 +238,11 @@ fn bench_postgres(c: &mut Criterion) {
     };
     let rt = Runtime::new().unwrap();
     let name = format!("tw_bench_{}", uuid::Uuid::now_v7().simple());
-    let mut admin = rt.block_on(PgConnection::connect(&admin_url)).unwrap();
-    let sql = |s: String| sqlx::raw_sql(sqlx::AssertSqlSafe(s));
-    rt.block_on(sql(format!("CREATE DATABASE {name}")).execute(&mut admin))
+    let (admin, connection) = rt
+        .block_on(tokio_postgres::connect(&admin_url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(connection);
+    rt.block_on(admin.batch_execute(&format!("CREATE DATABASE {name}")))
         .unwrap();
     let (base, _) = admin_url.rsplit_once('/').unwrap();
     let store = rt
@@ -253,7 +254,7 @@ fn bench_postgres(c: &mut Criterion) {
     });
     bench_append(c, &rt, "postgres", &store);
     drop(store);
-    rt.block_on(sql(format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin))
+    rt.block_on(admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")))
         .unwrap();
 }
 

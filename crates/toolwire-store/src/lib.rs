@@ -5,23 +5,27 @@
 //! behind two traits: [`StoreRead`] (every read: what a front door may be
 //! handed) and [`Store`] (those and every write). Two backends:
 //! SQLite (default, one embedded file in WAL mode, or in memory), on
-//! rusqlite alone; and PostgreSQL (for several instances), on sqlx. The SQL
-//! text is shared where the two dialects agree (`sql.rs`). Schemas are
-//! created and updated by migrations on open (`migrations/sqlite`,
-//! `migrations/postgres`), recorded on both in sqlx's `_sqlx_migrations`
-//! table.
+//! rusqlite alone; and PostgreSQL (for several instances), on
+//! tokio-postgres with a deadpool pool. The SQL text is shared where the two
+//! dialects agree (`sql.rs`), and so are the rows read (`rows.rs`). Schemas
+//! are created and updated by migrations on open (`migrations/sqlite`,
+//! `migrations/postgres`), recorded on both in `_sqlx_migrations` as sqlx
+//! recorded them when it ran them (`migrate.rs`), so that databases made
+//! by older versions open unchanged.
 //!
 //! **Invariants.** A message is stored only under a parent of the same
 //! conversation; stored messages are never deleted, and an update never
 //! changes a message's place in the tree. Every method is one transaction:
 //! a crash leaves each completed step stored and nothing half-written.
-//! Both backends pass the same test suite.
+//! Both backends pass the same test suite. No error shows a database
+//! URL's password.
 //!
 //! **Entry points.** [`open`] (by URL: `sqlite://PATH`, `sqlite::memory:`
 //! or `postgres://…`), the [`StoreRead`] and [`Store`] traits,
 //! [`StoreError`], [`local_files`].
 
 mod content;
+mod migrate;
 mod postgres;
 mod rows;
 mod sql;
@@ -30,6 +34,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use toolwire_core::redact::redact_url;
 use toolwire_core::{
     AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
     TreeError,
@@ -59,29 +64,32 @@ pub enum StoreError {
     DuplicateMessage(MessageId),
     #[error(transparent)]
     Tree(#[from] TreeError),
+    /// The URL as shown: without its secrets.
     #[error("database URL `{0}` is not supported (use sqlite://PATH or postgres://…)")]
     UnsupportedUrl(String),
+    /// `url` as shown: without its secrets.
     #[error("database URL `{url}`: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
-    /// From the PostgreSQL backend.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    /// From the PostgreSQL backend: the server's message, or what failed
+    /// on the way to it.
+    #[error("database error: {}", postgres::describe(.0))]
+    Postgres(tokio_postgres::Error),
     /// From the SQLite backend.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    /// A PostgreSQL migration failed.
-    #[error("migration failed: {0}")]
-    Migration(#[from] sqlx::migrate::MigrateError),
+    /// No PostgreSQL connection came free in time, or none could be made.
+    #[error("database connection: {0}")]
+    Connection(String),
     /// The store was closed (an in-memory database is gone then), or its
     /// runtime is shutting down.
     #[error("the store is closed")]
     Closed,
-    /// A SQLite migration failed, or the database's record of its
-    /// migrations does not match this version's.
+    /// A migration failed, or the database's record of its migrations does
+    /// not match this version's.
     #[error("migration {version} ({description}) failed: {reason}")]
-    SqliteMigration {
+    Migration {
         version: i64,
         description: String,
         reason: String,
@@ -346,16 +354,6 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PostgresStore::open(url).await?))
     } else {
-        Err(StoreError::UnsupportedUrl(url.to_owned()))
+        Err(StoreError::UnsupportedUrl(redact_url(url)))
     }
-}
-
-/// Says that migration `version` is about to run on a database that already
-/// has some: on the first start of a new version, one may rebuild a table,
-/// which takes a while on a large database.
-fn announce_migration(version: i64, description: &str) {
-    tracing::info!(
-        version,
-        "updating the database schema: {description} (a large database may take a while)"
-    );
 }

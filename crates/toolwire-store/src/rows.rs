@@ -1,16 +1,12 @@
 //! Rows as both backends read them, and their conversion to and from the
 //! domain types. Everything here is backend-neutral: ids are [`Uuid`]s,
 //! numbers `i64`/`f64`, JSON is read as text (`CAST(… AS TEXT)`) and written
-//! as [`Json`] (PostgreSQL) or text (SQLite), and timestamps go through
-//! [`Ts`]. Each row reads from sqlx (`FromRow`, PostgreSQL) and from
-//! rusqlite (`from_sqlite`, by position in the select list).
+//! as JSON (PostgreSQL) or text (SQLite), and timestamps go through [`Ts`].
+//! Each row reads by position in its select list, from rusqlite
+//! (`from_sqlite`, here) and from tokio-postgres (`from_postgres`, in
+//! `postgres/rows.rs`).
 
 use chrono::{DateTime, Utc};
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
-use sqlx::types::Json;
-use sqlx::{Decode, Encode, Postgres, Type};
 use toolwire_core::{
     AgentEvent, ContentBlock, Conversation, ConversationId, ForkOrigin, InstanceId, Message,
     MessageId, MessageStatus, Role, RunId, StopReason, Usage,
@@ -55,40 +51,21 @@ impl rusqlite::types::FromSql for Ts {
     }
 }
 
-impl Type<Postgres> for Ts {
-    fn type_info() -> PgTypeInfo {
-        <DateTime<Utc> as Type<Postgres>>::type_info()
-    }
-}
-
-impl Encode<'_, Postgres> for Ts {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        Encode::<Postgres>::encode(self.0, buf)
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for Ts {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        <DateTime<Utc> as Decode<Postgres>>::decode(value).map(Ts)
-    }
-}
-
 /// The columns of `messages`, in the order of [`MESSAGE_COLUMNS`].
-#[derive(sqlx::FromRow)]
 pub(crate) struct MessageRow {
-    id: Uuid,
-    conversation_id: Uuid,
-    parent_id: Option<Uuid>,
-    role: String,
-    content: String,
-    prompt_tokens: Option<i64>,
-    completion_tokens: Option<i64>,
-    cached_tokens: Option<i64>,
-    cost: Option<f64>,
-    model: Option<String>,
-    duration_ms: Option<i64>,
-    status: String,
-    created_at: Ts,
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub parent_id: Option<Uuid>,
+    pub role: String,
+    pub content: String,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub cost: Option<f64>,
+    pub model: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub status: String,
+    pub created_at: Ts,
 }
 
 /// The select list for a [`MessageRow`] of the table aliased `m`.
@@ -125,7 +102,7 @@ impl TryFrom<MessageRow> for Message {
 }
 
 /// A message's columns as read, text borrowed from the row where the
-/// reader allows it: what every reader (sqlx's [`MessageRow`] or the SQLite
+/// reader allows it: what every reader ([`MessageRow`] or the SQLite
 /// backend's own) turns into a [`Message`].
 pub(crate) struct MessageParts<'a> {
     pub id: Uuid,
@@ -362,7 +339,7 @@ pub(crate) struct MessageValues<'a> {
     pub conversation_id: Uuid,
     pub parent_id: Option<Uuid>,
     pub role: &'static str,
-    pub content: Json<&'a [ContentBlock]>,
+    pub content: &'a [ContentBlock],
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub cached_tokens: Option<i64>,
@@ -385,7 +362,7 @@ impl<'a> From<&'a Message> for MessageValues<'a> {
             conversation_id: m.conversation_id.0,
             parent_id: m.parent_id.map(|p| p.0),
             role: m.role.as_str(),
-            content: Json(&m.content),
+            content: &m.content,
             prompt_tokens: m.usage.map(|u| count(u.prompt_tokens)),
             completion_tokens: m.usage.map(|u| count(u.completion_tokens)),
             cached_tokens: m.usage.map(|u| count(u.cached_tokens)),
@@ -399,7 +376,6 @@ impl<'a> From<&'a Message> for MessageValues<'a> {
 }
 
 /// The columns of `conversations` (and, for lists, its totals).
-#[derive(sqlx::FromRow)]
 pub(crate) struct ConversationRow {
     pub id: Uuid,
     pub title: Option<String>,
@@ -461,12 +437,10 @@ impl TryFrom<ConversationRow> for Conversation {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct SummaryRow {
-    #[sqlx(flatten)]
-    conversation: ConversationRow,
-    message_count: i64,
-    total_cost: f64,
+    pub conversation: ConversationRow,
+    pub message_count: i64,
+    pub total_cost: f64,
 }
 
 impl SummaryRow {
@@ -499,7 +473,6 @@ macro_rules! run_columns {
 }
 pub(crate) use run_columns;
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct RunRow {
     pub id: Uuid,
     pub conversation_id: Uuid,
@@ -556,7 +529,6 @@ macro_rules! instance_columns {
 }
 pub(crate) use instance_columns;
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct InstanceRow {
     pub id: Uuid,
     pub host: String,
@@ -595,15 +567,13 @@ impl TryFrom<InstanceRow> for InstanceRecord {
 
 /// A run and, through a left join, its owner's columns (all `NULL` when
 /// the owner is unknown).
-#[derive(sqlx::FromRow)]
 pub(crate) struct UnfinishedRow {
-    #[sqlx(flatten)]
-    run: RunRow,
-    instance_id: Option<Uuid>,
-    instance_host: Option<String>,
-    instance_pid: Option<i64>,
-    instance_started_at: Option<Ts>,
-    instance_heartbeat_at: Option<Ts>,
+    pub run: RunRow,
+    pub instance_id: Option<Uuid>,
+    pub instance_host: Option<String>,
+    pub instance_pid: Option<i64>,
+    pub instance_started_at: Option<Ts>,
+    pub instance_heartbeat_at: Option<Ts>,
 }
 
 impl UnfinishedRow {
@@ -649,13 +619,12 @@ impl TryFrom<UnfinishedRow> for UnfinishedRun {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct DocumentRow {
-    kind: String,
-    id: String,
-    body: String,
-    created_at: Ts,
-    updated_at: Ts,
+    pub kind: String,
+    pub id: String,
+    pub body: String,
+    pub created_at: Ts,
+    pub updated_at: Ts,
 }
 
 impl DocumentRow {
@@ -686,10 +655,9 @@ impl TryFrom<DocumentRow> for crate::Document {
     }
 }
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct EventRow {
-    seq: i64,
-    payload: String,
+    pub seq: i64,
+    pub payload: String,
 }
 
 impl EventRow {
@@ -714,7 +682,7 @@ impl EventRow {
 }
 
 /// An event as it is stored: its `type` (the serde tag) and its JSON.
-pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, Json<serde_json::Value>)> {
+pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, serde_json::Value)> {
     let value = serde_json::to_value(event)
         .map_err(|e| StoreError::Corrupt(format!("event cannot be serialised: {e}")))?;
     let kind = value
@@ -722,12 +690,7 @@ pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, Json<serde_json:
         .and_then(|t| t.as_str())
         .unwrap_or_default()
         .to_owned();
-    Ok((kind, Json(value)))
-}
-
-/// Whether `e` is a unique-constraint violation.
-pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+    Ok((kind, value))
 }
 
 #[cfg(test)]

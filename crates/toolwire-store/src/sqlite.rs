@@ -39,7 +39,7 @@ use crate::{
 
 mod lines;
 mod location;
-pub(crate) mod migrate;
+mod migrate;
 mod raw;
 mod reader;
 mod writer;

@@ -1,63 +1,22 @@
-//! The SQLite schema's migrations, run by rusqlite.
-//!
-//! They are recorded in `_sqlx_migrations`, the table sqlx kept them in
-//! when it ran them, with the same columns and checksums (SHA-384 of the
-//! file): a database made before rusqlite ran them opens with nothing run
-//! again, and one migrated here still opens with a toolwire of that time.
+//! The SQLite schema's migrations, run by rusqlite; their bookkeeping is
+//! [`crate::migrate`]'s.
 
 use std::time::Instant;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
-use sha2::{Digest, Sha384};
 
-use crate::{Result, StoreError};
-
-/// One file of `migrations/sqlite`.
-pub(crate) struct Migration {
-    pub version: i64,
-    /// As sqlx names it: the file name after the version, `_` as spaces.
-    pub description: &'static str,
-    pub sql: &'static str,
-}
-
-impl Migration {
-    /// A migration that runs its own transactions (sqlx's marker).
-    fn no_transaction(&self) -> bool {
-        self.sql.starts_with("-- no-transaction")
-    }
-
-    pub(crate) fn checksum(&self) -> Vec<u8> {
-        Sha384::digest(self.sql.as_bytes()).to_vec()
-    }
-
-    fn failed(&self, reason: impl std::fmt::Display) -> StoreError {
-        StoreError::SqliteMigration {
-            version: self.version,
-            description: self.description.to_owned(),
-            reason: reason.to_string(),
-        }
-    }
-}
-
-macro_rules! migration {
-    ($version:literal, $description:literal, $file:literal) => {
-        Migration {
-            version: $version,
-            description: $description,
-            sql: include_str!(concat!("../../migrations/sqlite/", $file)),
-        }
-    };
-}
+use crate::Result;
+use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
 pub(crate) const MIGRATIONS: [Migration; 4] = [
-    migration!(1, "schema", "0001_schema.sql"),
-    migration!(2, "run owner", "0002_run_owner.sql"),
-    migration!(3, "documents", "0003_documents.sql"),
-    migration!(4, "message fields", "0004_message_fields.sql"),
+    migration!("sqlite", 1, "schema", "0001_schema.sql"),
+    migration!("sqlite", 2, "run owner", "0002_run_owner.sql"),
+    migration!("sqlite", 3, "documents", "0003_documents.sql"),
+    migration!("sqlite", 4, "message fields", "0004_message_fields.sql"),
 ];
 
-/// sqlx's table, as sqlx creates it.
+/// sqlx's table, as sqlx creates it on SQLite.
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS _sqlx_migrations (
     version BIGINT PRIMARY KEY,
     description TEXT NOT NULL,
@@ -73,37 +32,17 @@ const RECORD: &str = "INSERT INTO _sqlx_migrations \
 /// Brings the database on `conn` up to the last migration.
 pub(crate) fn run(conn: &mut Connection) -> Result<()> {
     conn.execute_batch(CREATE_TABLE)?;
-    let applied: Vec<(i64, bool, Vec<u8>)> = conn
+    let applied: Vec<Applied> = conn
         .prepare("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .query_map([], |r| {
+            Ok(Applied {
+                version: r.get(0)?,
+                success: r.get(1)?,
+                checksum: r.get(2)?,
+            })
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    for (version, success, checksum) in &applied {
-        let Some(m) = MIGRATIONS.iter().find(|m| m.version == *version) else {
-            return Err(StoreError::SqliteMigration {
-                version: *version,
-                description: String::new(),
-                reason: "applied to the database but unknown to this version of toolwire \
-                         (made by a newer one?)"
-                    .into(),
-            });
-        };
-        if !success {
-            return Err(m.failed(
-                "it was left partly applied: repair the database and delete its row \
-                 from _sqlx_migrations",
-            ));
-        }
-        if *checksum != m.checksum() {
-            return Err(m.failed("the applied migration differs from this version's"));
-        }
-    }
-    for m in MIGRATIONS
-        .iter()
-        .filter(|m| applied.iter().all(|(v, ..)| *v != m.version))
-    {
-        if !applied.is_empty() {
-            crate::announce_migration(m.version, m.description);
-        }
+    for m in migrate::pending(&MIGRATIONS, &applied)? {
         apply(conn, m)?;
     }
     Ok(())
@@ -111,7 +50,6 @@ pub(crate) fn run(conn: &mut Connection) -> Result<()> {
 
 fn apply(conn: &mut Connection, m: &Migration) -> Result<()> {
     let started = Instant::now();
-    let nanos = || i64::try_from(started.elapsed().as_nanos()).unwrap_or(i64::MAX);
     if m.no_transaction() {
         // It runs its own transactions, and does the same again if it is
         // run again (after a crash before it was recorded, or by another
@@ -122,7 +60,12 @@ fn apply(conn: &mut Connection, m: &Migration) -> Result<()> {
         conn.execute_batch(m.sql).map_err(|e| m.failed(e))?;
         conn.execute(
             &RECORD.replace("INSERT INTO", "INSERT OR IGNORE INTO"),
-            (m.version, m.description, m.checksum(), nanos()),
+            (
+                m.version,
+                m.description,
+                m.checksum(),
+                Migration::nanos_since(started),
+            ),
         )?;
         return Ok(());
     }
@@ -130,7 +73,15 @@ fn apply(conn: &mut Connection, m: &Migration) -> Result<()> {
     // Another process may have run it since we looked.
     if !recorded(&tx, m)? {
         tx.execute_batch(m.sql).map_err(|e| m.failed(e))?;
-        tx.execute(RECORD, (m.version, m.description, m.checksum(), nanos()))?;
+        tx.execute(
+            RECORD,
+            (
+                m.version,
+                m.description,
+                m.checksum(),
+                Migration::nanos_since(started),
+            ),
+        )?;
     }
     tx.commit()?;
     Ok(())

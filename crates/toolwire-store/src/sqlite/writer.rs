@@ -116,7 +116,7 @@ impl Writer {
 
     fn open(&self) -> Result<Connection> {
         let reopened = self.opened.swap(true, Ordering::SeqCst);
-        let conn = match &self.location {
+        let mut conn = match &self.location {
             Location::File(path) => {
                 let conn = Connection::open_with_flags(
                     path,
@@ -512,7 +512,7 @@ fn numbered<'a>(values: &[&'a dyn ToSql]) -> Vec<(&'static str, &'a dyn ToSql)> 
 }
 
 /// A message's content as it is stored: serde_json's text, as the
-/// PostgreSQL backend's `Json` binding writes it too.
+/// PostgreSQL backend's JSON binding writes it too.
 fn content_json(m: &Message) -> Result<String> {
     serde_json::to_string(&m.content).map_err(|e| {
         StoreError::Corrupt(format!(
@@ -528,7 +528,7 @@ fn event_rows(events: &[AgentEvent]) -> Result<Vec<(String, String)>> {
         .iter()
         .map(|event| {
             let (kind, payload) = rows::event_json(event)?;
-            Ok((kind, payload.0.to_string()))
+            Ok((kind, payload.to_string()))
         })
         .collect()
 }

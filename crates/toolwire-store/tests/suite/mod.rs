@@ -39,9 +39,11 @@ impl Db {
                 .execute_batch(sql)
                 .expect("execute");
         } else {
-            let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
-            sqlx::raw_sql(sql).execute(&pool).await.expect("execute");
-            pool.close().await;
+            connect_postgres(&self.url)
+                .await
+                .batch_execute(sql)
+                .await
+                .expect("execute");
         }
     }
 }
@@ -55,6 +57,16 @@ pub fn connect_sqlite(url: &str) -> rusqlite::Connection {
     conn.busy_timeout(std::time::Duration::from_secs(30))
         .expect("set the busy timeout");
     conn
+}
+
+/// A connection of its own to the PostgreSQL database at `url`, behind the
+/// store's back.
+pub async fn connect_postgres(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
 }
 
 /// Defines one `#[tokio::test]` per check, each calling `$run(check)`.

@@ -1,6 +1,7 @@
-//! Credentials in a configured base URL (`https://user:secret@host/v1`,
-//! `?key=…`) never reach an error message or a log line: every URL shown
-//! goes through [`redact_url`] first.
+//! Credentials in a configured URL (a model API's base URL
+//! `https://user:secret@host/v1`, `?key=…`, or a database URL
+//! `postgres://user:secret@host/db`) never reach an error message or a log
+//! line: every URL shown goes through [`redact_url`] first.
 
 /// Query keys whose values are treated as secrets (matched as parts of the
 /// lower-cased key: `api_key`, `x-goog-api-key`, `access_token`, `sig`…).
@@ -23,8 +24,8 @@ const HIDDEN: &str = "REDACTED";
 /// `url` without its user info and with secret-looking query values
 /// replaced. Text that does not parse as a URL is not shown at all if it
 /// holds a `@` or `?` (where a secret would be).
-pub(crate) fn redact_url(url: &str) -> String {
-    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
         return cut_unparsed(url);
     };
     if !parsed.username().is_empty() || parsed.password().is_some() {
@@ -53,7 +54,7 @@ pub(crate) fn redact_url(url: &str) -> String {
 /// secret-looking query values) replaced wherever they occur: for
 /// messages from lower layers or servers that quote the URL, or part of
 /// it, themselves.
-pub(crate) fn redact_in(text: &str, url: &str) -> String {
+pub fn redact_in(text: &str, url: &str) -> String {
     let mut out = if url.is_empty() {
         text.to_owned()
     } else {
@@ -70,7 +71,7 @@ pub(crate) fn redact_in(text: &str, url: &str) -> String {
 /// every "a" in a message would garble it and hide nothing.
 fn secrets(url: &str) -> Vec<String> {
     const SHORTEST: usize = 3;
-    let Ok(parsed) = reqwest::Url::parse(url) else {
+    let Ok(parsed) = url::Url::parse(url) else {
         return Vec::new();
     };
     let mut found: Vec<String> = Vec::new();
@@ -97,7 +98,7 @@ fn secrets(url: &str) -> Vec<String> {
 
 fn percent_decode(s: &str) -> String {
     let pairs = format!("x={s}");
-    reqwest::Url::parse(&format!("http://h/?{pairs}"))
+    url::Url::parse(&format!("http://h/?{pairs}"))
         .ok()
         .and_then(|u| u.query_pairs().next().map(|(_, v)| v.into_owned()))
         .unwrap_or_else(|| s.to_owned())
