@@ -1061,9 +1061,12 @@ mod tests {
         }
     }
 
-    /// The registry the settings build: (name, provider kind, model id,
-    /// fallbacks) per model, and the default's name.
-    fn registry_of(toml: &str) -> Result<(Vec<(String, String, String, Vec<String>)>, String)> {
+    /// One model as the tests compare it: name, provider kind, model id,
+    /// fallbacks.
+    type Described = (String, String, String, Vec<String>);
+
+    /// The registry the settings build, and the default's name.
+    fn registry_of(toml: &str) -> Result<(Vec<Described>, String)> {
         let models = resolve(toml)?.registry()?;
         Ok((
             models
