@@ -96,7 +96,6 @@ fn node(message: &Message, children: &[&Message], names: &HashMap<&ToolCallId, &
         "role": message.role.as_str(),
         "summary": node_summary(message, names),
         "status": message.status.as_str(),
-        "model": message.model,
         "usage": message.usage,
         "cost": message.cost,
         "model": message.model,
