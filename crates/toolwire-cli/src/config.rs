@@ -1170,7 +1170,10 @@ mod tests {
                 .unwrap()
         );
         assert!(
-            error.contains("--model gpt4 is not one of the configured models (gpt, sonnet)"),
+            error.contains(
+                "--model gpt4 (or TOOLWIRE_MODEL, or the file's `model`) is not one of \
+                 the configured models (gpt, sonnet)"
+            ),
             "{error}"
         );
         // A table named together with another provider's settings.

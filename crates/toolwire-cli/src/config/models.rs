@@ -142,8 +142,9 @@ impl ModelSettings {
             None
         } else if let Some(model) = &flags.model {
             bail!(
-                "--model {model} is not one of the configured models ({names}); to use a model \
-                 outside the [models] tables give --provider too"
+                "--model {model} (or TOOLWIRE_MODEL, or the file's `model`) is not one of the \
+                 configured models ({names}); to use a model outside the [models] tables give \
+                 --provider too"
             );
         } else if default_model.is_some() || specs.len() == 1 {
             default_model

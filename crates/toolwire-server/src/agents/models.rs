@@ -118,7 +118,9 @@ pub fn resolve_handle<'m>(models: &'m Models, handle: &str) -> ApiResult<&'m Mod
             axum::http::StatusCode::NOT_FOUND,
             "NOT_FOUND",
             format!(
-                "Handle {handle} not found, must be one of {handles:?} (or a model name: {})",
+                "Handle {} not found, must be one of {handles:?} (or a model name: {})",
+                // A client's word, echoed no longer than a handle can be.
+                handle.chars().take(200).collect::<String>(),
                 models
                     .iter()
                     .map(|e| e.info.name.as_str())
