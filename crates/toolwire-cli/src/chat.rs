@@ -47,7 +47,7 @@ pub async fn run(args: &ChatArgs) -> Result<ExitCode> {
     eprintln!(
         "toolwire chat · model {} · {} tools · conversation {conversation}\n\
          Type a message; /help for commands; Ctrl-C cancels a turn, Ctrl-D quits.",
-        settings.model.as_deref().unwrap_or("(scripted)"),
+        engine.models().default_entry().info.name,
         engine.tools().specs().len(),
     );
     let mut chat = Chat {

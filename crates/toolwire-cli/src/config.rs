@@ -13,15 +13,17 @@ use toolwire_core::PriceTable;
 use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
 use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
-use toolwire_providers::{
-    AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, OpenAiProvider, Provider, RetryPolicy,
-    Script, ScriptedProvider, StreamLimits, ToolFormat, anthropic, openai, scripted,
-};
+use toolwire_providers::{DEFAULT_MAX_TOKENS, RetryPolicy, StreamLimits, ToolFormat};
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin::{self, Workspace};
 use toolwire_tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
 use toolwire_tools::mcp::{self, McpServerConfig};
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
+
+mod models;
+
+use models::ModelFile;
+pub use models::ModelSettings;
 
 /// The database a working directory kept from before the default moved.
 const OLD_DEFAULT_DB: &str = "toolwire.db";
@@ -83,6 +85,23 @@ pub enum ProviderKind {
     Scripted,
 }
 
+impl ProviderKind {
+    const ALL: [ProviderKind; 3] = [
+        ProviderKind::Openai,
+        ProviderKind::Anthropic,
+        ProviderKind::Scripted,
+    ];
+
+    /// The name the flag, the config file and Letta's handles use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Scripted => "scripted",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolFormatArg {
@@ -100,10 +119,11 @@ pub struct EngineArgs {
     /// ~/.local/share/toolwire/toolwire.db; ./toolwire.db if it exists]
     #[arg(long, env = "TOOLWIRE_DB", value_name = "URL")]
     pub db: Option<String>,
-    /// TOML config file with the same keys as these flags, and prices and
+    /// TOML config file with the same keys as these flags, and prices,
     /// model bounds (max_tokens, first_byte_timeout_secs,
     /// stream_idle_timeout_secs, max_retry_after_secs,
-    /// max_step_output_bytes, max_step_events; see docs/configuration.md).
+    /// max_step_output_bytes, max_step_events) and named models
+    /// (default_model, [models.NAME]; see docs/configuration.md).
     #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Model API [default: scripted demo when no model is configured].
@@ -112,7 +132,8 @@ pub struct EngineArgs {
     /// API base URL [default: the provider's public API].
     #[arg(long, env = "TOOLWIRE_BASE_URL", value_name = "URL")]
     pub base_url: Option<String>,
-    /// Model name.
+    /// Model id the provider is asked for; or, when the config file has
+    /// `[models.NAME]` tables, the NAME of the one that answers by default.
     #[arg(long, env = "TOOLWIRE_MODEL", value_name = "NAME")]
     pub model: Option<String>,
     /// Environment variable holding the API key
@@ -167,6 +188,12 @@ struct FileConfig {
     /// Stream events one model call may produce before the step is cut
     /// (default 250000).
     max_step_events: Option<usize>,
+    /// The registry name of the model that answers when a turn names none
+    /// (`--model NAME` overrides it).
+    default_model: Option<String>,
+    /// Named models: `[models.NAME]` tables.
+    #[serde(default)]
+    models: BTreeMap<String, ModelFile>,
     /// US dollars per million tokens, by model: `[prices."gpt-4o"]`
     /// `input = 2.5`, `output = 10.0`, `cached_input = 1.25`.
     #[serde(default)]
@@ -464,16 +491,11 @@ fn seconds(
 /// Everything resolved.
 pub struct Settings {
     pub db: String,
-    pub provider: ProviderKind,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api_key_env: Option<String>,
-    pub tool_format: ToolFormat,
-    pub script: Option<PathBuf>,
+    /// The models (the single-model flags, or `[models.NAME]` tables) and
+    /// the default.
+    pub models: ModelSettings,
     pub workspace: PathBuf,
     pub engine: EngineConfig,
-    /// The built-in demo script plays because no model is configured.
-    pub demo: bool,
     /// MCP servers from the config file, named by their table key.
     pub mcp_servers: Vec<McpServerConfig>,
     /// Bearer keys `serve` accepts (the config file's, and
@@ -548,19 +570,23 @@ impl EngineArgs {
             ModelLimits::from_file(&file).with_context(|| self.invalid("the model limits"))?;
         let http = HttpServerConfig::from_file(&file)
             .with_context(|| self.invalid("the server settings"))?;
-        let model = self.model.clone().or(file.model);
-        let script = self.script.clone().or(file.script);
-        let explicit = self.provider.or(file.provider);
-        let demo = explicit.is_none() && model.is_none() && script.is_none();
-        let provider = explicit.unwrap_or(if model.is_some() {
-            ProviderKind::Openai
-        } else {
-            ProviderKind::Scripted
-        });
         let tool_format = match self.tool_format.or(file.tool_format) {
             Some(ToolFormatArg::Xml) => ToolFormat::Xml,
             _ => ToolFormat::Native,
         };
+        let models = ModelSettings::resolve(
+            models::Flags {
+                provider: self.provider.or(file.provider),
+                model: self.model.clone().or(file.model),
+                base_url: self.base_url.clone().or(file.base_url),
+                api_key_env: self.api_key_env.clone().or(file.api_key_env),
+                script: self.script.clone().or(file.script),
+                tool_format,
+            },
+            file.default_model,
+            file.models,
+        )
+        .with_context(|| self.invalid("the model settings"))?;
         let workspace = match self.workspace.clone().or(file.workspace) {
             Some(dir) => dir,
             None => std::env::current_dir().context("reading the working directory")?,
@@ -592,12 +618,6 @@ impl EngineArgs {
         Ok(Settings {
             http,
             db,
-            provider,
-            base_url: self.base_url.clone().or(file.base_url),
-            model,
-            api_key_env: self.api_key_env.clone().or(file.api_key_env),
-            tool_format,
-            script,
             workspace,
             engine: EngineConfig {
                 system_prompt: file.system_prompt.unwrap_or(defaults.system_prompt),
@@ -610,7 +630,14 @@ impl EngineArgs {
                     .max_step_events
                     .unwrap_or(defaults.max_step_events)
                     .max(1),
-                tool_format,
+                // Each model's own format is in its capabilities (see
+                // ModelSpec); the engine's stays for callers without a
+                // registry.
+                tool_format: if models.specs.iter().all(|s| s.name.is_none()) {
+                    tool_format
+                } else {
+                    ToolFormat::Native
+                },
                 prices: file.prices,
                 notifications: file.notifications.settings()?,
                 interjections: match file.interjections {
@@ -619,7 +646,7 @@ impl EngineArgs {
                 },
                 ..defaults
             },
-            demo,
+            models,
             api_keys: {
                 let mut keys = file.api_keys;
                 if let Ok(env) = std::env::var("TOOLWIRE_API_KEYS") {
@@ -667,60 +694,12 @@ fn read_config(path: &Path) -> Result<FileConfig> {
 }
 
 impl Settings {
-    /// The model provider these settings describe.
-    pub fn provider(&self) -> Result<Arc<dyn Provider>> {
-        let native = self.tool_format == ToolFormat::Native;
-        Ok(match self.provider {
-            ProviderKind::Scripted => {
-                let text = match &self.script {
-                    Some(path) => std::fs::read_to_string(path)
-                        .with_context(|| format!("reading script {}", path.display()))?,
-                    None => scripted::DEMO_SCRIPT.to_owned(),
-                };
-                let script = Script::parse(&text)?;
-                Arc::new(ScriptedProvider::new(script, !native))
-            }
-            ProviderKind::Openai => {
-                let settings = self.http(openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
-                Arc::new(OpenAiProvider::new(settings, self.model_name()?, native))
-            }
-            ProviderKind::Anthropic => {
-                let settings = self.http(anthropic::DEFAULT_BASE_URL, "ANTHROPIC_API_KEY")?;
-                Arc::new(AnthropicProvider::new(settings, self.model_name()?, native))
-            }
-        })
-    }
-
-    fn model_name(&self) -> Result<String> {
-        match &self.model {
-            Some(m) => Ok(m.clone()),
-            None => bail!("--model is required with --provider openai or anthropic"),
-        }
-    }
-
-    fn http(&self, default_url: &str, default_key_env: &str) -> Result<HttpSettings> {
-        let base_url = self
-            .base_url
-            .clone()
-            .unwrap_or_else(|| default_url.to_owned());
-        let key_env = self.api_key_env.as_deref().unwrap_or(default_key_env);
-        let api_key = std::env::var(key_env).ok().filter(|k| !k.is_empty());
-        if api_key.is_none() && self.base_url.is_none() {
-            bail!(
-                "no API key: set {key_env} (or --api-key-env VAR), or point --base-url at a local server"
-            );
-        }
-        Ok(HttpSettings {
-            base_url,
-            api_key,
-            retry: RetryPolicy {
-                max_retry_after: self.model_limits.max_retry_after,
-                ..RetryPolicy::default()
-            },
-            headers: Vec::new(),
-            limits: self.model_limits.stream,
-            max_tokens: self.model_limits.max_tokens,
-        })
+    /// The registry of models the engine starts with: one provider per
+    /// model.
+    pub fn registry(&self) -> Result<toolwire_providers::Models> {
+        self.models
+            .registry(&self.model_limits)
+            .context("the models are not valid")
     }
 
     /// The workspace root of the built-in tools.
@@ -801,12 +780,15 @@ impl Settings {
     }
 
     async fn start_watching(&self, watch_workspace: bool) -> Result<Running> {
-        if self.demo {
+        if self.models.demo {
             eprintln!(
                 "toolwire: no model configured; playing the built-in demo script \
                  (set --provider, --model and --base-url to use a real model)"
             );
         }
+        // Before the database: a model configured wrong stops the start
+        // with nothing opened.
+        let models = self.registry()?;
         let store = toolwire_store::open(&self.db)
             .await
             .with_context(|| format!("opening the database {}", self.db))?;
@@ -814,7 +796,7 @@ impl Settings {
         let sandbox = self.sandbox()?;
         let engine = Engine::start(
             store,
-            self.provider()?,
+            models,
             self.tools(workspace.clone(), sandbox.clone()).await?,
             self.engine.clone(),
         )
@@ -1076,6 +1058,220 @@ mod tests {
             };
             let message = format!("{error:#}");
             assert!(message.contains(says), "{message}");
+        }
+    }
+
+    /// One model as the tests compare it: name, provider kind, model id,
+    /// fallbacks.
+    type Described = (String, String, String, Vec<String>);
+
+    /// The registry the settings build, and the default's name.
+    fn registry_of(toml: &str) -> Result<(Vec<Described>, String)> {
+        let models = resolve(toml)?.registry()?;
+        Ok((
+            models
+                .iter()
+                .map(|e| {
+                    (
+                        e.info.name.clone(),
+                        e.info.provider.clone(),
+                        e.info.model.clone(),
+                        e.info.fallback.clone(),
+                    )
+                })
+                .collect(),
+            models.default_entry().info.name.clone(),
+        ))
+    }
+
+    const TWO_MODELS: &str = r#"
+        default_model = "sonnet"
+        [models.sonnet]
+        provider = "anthropic"
+        model = "claude-sonnet-4-5"
+        base_url = "http://127.0.0.1:9/v1"
+        context_window = 200000
+        max_output = 4096
+        vision = true
+        reasoning = true
+        fallback = ["gpt"]
+        price = { input = 3.0, output = 15.0, cached_input = 0.3 }
+        [models.gpt]
+        provider = "openai"
+        model = "gpt-4o"
+        base_url = "http://127.0.0.1:9/v1"
+        tool_format = "xml"
+    "#;
+
+    #[test]
+    fn model_tables_make_the_registry_with_its_default() {
+        let (models, default) = registry_of(TWO_MODELS).unwrap();
+        assert_eq!(default, "sonnet");
+        assert_eq!(
+            models,
+            [
+                (
+                    "gpt".to_owned(),
+                    "openai".to_owned(),
+                    "gpt-4o".to_owned(),
+                    Vec::new()
+                ),
+                (
+                    "sonnet".to_owned(),
+                    "anthropic".to_owned(),
+                    "claude-sonnet-4-5".to_owned(),
+                    vec!["gpt".to_owned()]
+                ),
+            ]
+        );
+        let registry = resolve(TWO_MODELS).unwrap().registry().unwrap();
+        let sonnet = &registry.get("sonnet").unwrap().info;
+        assert_eq!(sonnet.context_window, Some(200_000));
+        assert_eq!(sonnet.max_output, Some(4096));
+        assert!(sonnet.capabilities.vision && sonnet.capabilities.reasoning);
+        assert!(sonnet.capabilities.tools);
+        let price = sonnet.price.unwrap();
+        assert_eq!((price.input, price.output), (3.0, 15.0));
+        assert_eq!(price.cached_input, Some(0.3));
+        let gpt = &registry.get("gpt").unwrap().info;
+        assert!(!gpt.capabilities.tools, "tool_format = xml");
+        assert!(!gpt.capabilities.vision);
+        assert_eq!(gpt.price, None);
+    }
+
+    #[test]
+    fn model_picks_a_table_as_the_default() {
+        let settings = EngineArgs {
+            model: Some("gpt".into()),
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolwire.toml");
+        std::fs::write(&path, TWO_MODELS).unwrap();
+        let settings = EngineArgs {
+            config: Some(path.clone()),
+            workspace: Some(dir.path().to_path_buf()),
+            ..settings
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            settings.registry().unwrap().default_entry().info.name,
+            "gpt"
+        );
+        // The file's own `model` key does the same.
+        let (_, default) = registry_of(&format!("model = \"gpt\"\n{TWO_MODELS}")).unwrap();
+        assert_eq!(default, "gpt");
+        // A name that is no table, without --provider, is a mistake.
+        let error = format!(
+            "{:#}",
+            registry_of(&format!("model = \"gpt4\"\n{TWO_MODELS}"))
+                .err()
+                .unwrap()
+        );
+        assert!(
+            error.contains(
+                "--model gpt4 (or TOOLWIRE_MODEL, or the file's `model`) is not one of \
+                 the configured models (gpt, sonnet)"
+            ),
+            "{error}"
+        );
+        // A table named together with another provider's settings.
+        let error = format!(
+            "{:#}",
+            registry_of(&format!(
+                "model = \"gpt\"\nbase_url = \"http://127.0.0.1:1/v1\"\n{TWO_MODELS}"
+            ))
+            .err()
+            .unwrap()
+        );
+        assert!(
+            error.contains("--model gpt names [models.gpt], whose base_url is set in that table"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn single_model_flags_still_define_the_default() {
+        // Alone: a registry of one, named after its model id.
+        let (models, default) =
+            registry_of("provider = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = \"http://127.0.0.1:9/v1\"\n")
+                .unwrap();
+        assert_eq!(default, "gpt-4o-mini");
+        assert_eq!(models[0].1, "openai");
+        // No model at all: the demo script, named as before.
+        let settings = resolve("").unwrap();
+        assert!(settings.models.demo);
+        assert_eq!(
+            settings.registry().unwrap().default_entry().info.name,
+            "toolwire-demo"
+        );
+        // Beside tables: one more model, the default.
+        let (models, default) = registry_of(&format!(
+            "provider = \"openai\"\nmodel = \"local-llama\"\nbase_url = \"http://127.0.0.1:9/v1\"\n{TWO_MODELS}"
+        ))
+        .unwrap();
+        assert_eq!(default, "local-llama");
+        assert_eq!(models.len(), 3);
+    }
+
+    #[test]
+    fn a_model_table_configured_wrong_stops_the_start_naming_it() {
+        for (toml, says) in [
+            (
+                "[models.x]\nprovider = \"gemini\"\nmodel = \"g\"\n",
+                "[models.x] provider = \"gemini\" is not a provider",
+            ),
+            ("[models.x]\nmodel = \"g\"\n", "[models.x] has no provider"),
+            (
+                "[models.x]\nprovider = \"openai\"\n",
+                "[models.x] has no model",
+            ),
+            (
+                "[models.x]\nprovider = \"openai\"\nmodel = \"g\"\nfallback = [\"y\"]\n\
+                 base_url = \"http://127.0.0.1:9\"\n",
+                "model `x` falls back to `y`, which is not one of the configured models",
+            ),
+            (
+                "[models.x]\nprovider = \"openai\"\nmodel = \"g\"\nfallback = [\"x\"]\n",
+                "[models.x] falls back to itself",
+            ),
+            (
+                "default_model = \"z\"\n[models.x]\nprovider = \"scripted\"\n",
+                "default_model `z` is not one of the configured models (x)",
+            ),
+            (
+                "default_model = \"z\"\n",
+                "default_model = \"z\" but no [models.z] table is configured",
+            ),
+            (
+                "[models.x]\nprovider = \"scripted\"\n[models.y]\nprovider = \"scripted\"\n",
+                "several models are configured (x, y): set default_model",
+            ),
+            (
+                "[models.x]\nprovider = \"openai\"\nmodel = \"g\"\n\
+                 api_key_env = \"TOOLWIRE_TEST_KEY_THAT_IS_NEVER_SET\"\n",
+                "model `x`: no API key: set TOOLWIRE_TEST_KEY_THAT_IS_NEVER_SET",
+            ),
+            (
+                "[models.x]\nprovider = \"openai\"\nmodel = \"g\"\nmax_output = 0\n",
+                "[models.x] max_output must be at least 1",
+            ),
+            (
+                "[models.x]\nprovider = \"scripted\"\ncolour = \"red\"\n",
+                "unknown field `colour`",
+            ),
+            // The flags' model named like a table.
+            (
+                "provider = \"scripted\"\n[models.toolwire-demo]\nprovider = \"scripted\"\n",
+                "model `toolwire-demo` is defined twice",
+            ),
+        ] {
+            let error = match registry_of(toml) {
+                Ok(models) => panic!("{toml} was accepted: {models:?}"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(error.contains(says), "{toml}: {error}");
         }
     }
 }

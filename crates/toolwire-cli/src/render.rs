@@ -85,6 +85,12 @@ impl Renderer {
                 self.mid_line = !text.ends_with('\n');
             }
             AgentEvent::AssistantMessageCreated { .. } => self.line_break(),
+            AgentEvent::ModelFallback {
+                from, to, reason, ..
+            } => {
+                self.line_break();
+                say!("(model {from} {}; {to} answers)", reason.replace('_', " "));
+            }
             AgentEvent::ToolCallStarted { name, .. } => {
                 self.line_break();
                 say!("→ Calling {name}…");

@@ -114,6 +114,25 @@ pub enum AgentEvent {
         /// 1 for the turn's first model call.
         iteration: u32,
     },
+    /// The model asked for step `message_id` was busy or out of reach
+    /// (after its own retries, before its first byte); `to`, the next of
+    /// its fallback models, is asked instead. Stored, so the step keeps
+    /// why another model wrote it.
+    ModelFallback {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// The step (the assistant message it becomes).
+        message_id: MessageId,
+        /// The registry name of the model that failed.
+        from: String,
+        /// The registry name of the model asked next.
+        to: String,
+        /// Why: `overloaded`, `rate_limited`, `server_error`,
+        /// `unreachable` or `timeout`.
+        reason: String,
+        /// The failure as the provider reported it.
+        error: String,
+    },
     /// Assistant prose as it streams.
     TextDelta {
         /// The turn this happened in.
@@ -285,6 +304,7 @@ impl AgentEvent {
         match self {
             AgentEvent::TurnStarted { run_id, .. }
             | AgentEvent::StepStarted { run_id, .. }
+            | AgentEvent::ModelFallback { run_id, .. }
             | AgentEvent::TextDelta { run_id, .. }
             | AgentEvent::ReasoningDelta { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }

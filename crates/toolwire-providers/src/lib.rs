@@ -106,6 +106,59 @@ pub enum ProviderError {
     Script(String),
 }
 
+impl ProviderError {
+    /// Whether the model is busy or out of reach, rather than the request
+    /// wrong: a rate limit (429, or a `Retry-After` too long to wait), an
+    /// overload (529, or an `overloaded` error in the body), a server error
+    /// (5xx), a server that cannot be reached or sent nothing before the
+    /// first-byte timeout. Another model may answer such a call; a 400 or a
+    /// stream that broke after it began is not this.
+    pub fn is_overload_or_unavailable(&self) -> bool {
+        match self {
+            ProviderError::Connect { .. }
+            | ProviderError::FirstByteTimeout { .. }
+            | ProviderError::RetryAfterTooLong { .. } => true,
+            ProviderError::Http { status, body, .. } => {
+                *status == 429 || (500..=599).contains(status) || mentions_overload(body)
+            }
+            ProviderError::Reported(message) => mentions_overload(message),
+            ProviderError::Broken { .. }
+            | ProviderError::Stalled { .. }
+            | ProviderError::NotAStream { .. }
+            | ProviderError::TooLarge { .. }
+            | ProviderError::MissingKey(_)
+            | ProviderError::Script(_) => false,
+        }
+    }
+
+    /// A short name for why a call failed, for events and logs:
+    /// `overloaded`, `rate_limited`, `server_error`, `unreachable`,
+    /// `timeout`, else `error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Http { status: 429, .. } | ProviderError::RetryAfterTooLong { .. } => {
+                "rate_limited"
+            }
+            ProviderError::Http { status, body, .. }
+                if *status == 529 || mentions_overload(body) =>
+            {
+                "overloaded"
+            }
+            ProviderError::Http { status, .. } if (500..=599).contains(status) => "server_error",
+            ProviderError::Reported(message) if mentions_overload(message) => "overloaded",
+            ProviderError::Connect { .. } => "unreachable",
+            ProviderError::FirstByteTimeout { .. } => "timeout",
+            _ => "error",
+        }
+    }
+}
+
+/// Anthropic's `overloaded_error` (also inside a 200's error event or a
+/// proxy's body) and the plain word other servers use.
+fn mentions_overload(text: &str) -> bool {
+    text.to_ascii_lowercase().contains("overloaded")
+}
+
 /// Events of one model call.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
 
@@ -126,4 +179,87 @@ pub enum ToolFormat {
     Native,
     /// Tools described in the system prompt; calls written as XML text.
     Xml,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProviderError;
+
+    fn http(status: u16, body: &str) -> ProviderError {
+        ProviderError::Http {
+            url: "https://api.example.com/v1/messages".into(),
+            status,
+            body: body.into(),
+        }
+    }
+
+    // Bodies as the real APIs send them (the project's provider-error
+    // fixtures).
+    const ANTHROPIC_OVERLOADED: &str =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    const ANTHROPIC_RATE_LIMIT: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+    const ANTHROPIC_TOO_LONG: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210341 tokens > 200000 maximum"}}"#;
+    const OPENAI_RATE_LIMIT: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    const OPENAI_SERVER_ERROR: &str = r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#;
+    const OPENAI_CONTEXT: &str = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 131072 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+
+    #[test]
+    fn busy_and_unreachable_models_are_told_from_wrong_requests() {
+        for (error, kind) in [
+            (http(529, ANTHROPIC_OVERLOADED), "overloaded"),
+            (http(429, ANTHROPIC_RATE_LIMIT), "rate_limited"),
+            (http(429, OPENAI_RATE_LIMIT), "rate_limited"),
+            (http(500, OPENAI_SERVER_ERROR), "server_error"),
+            (http(503, OPENAI_SERVER_ERROR), "server_error"),
+            // A proxy that says it in a status of its own.
+            (http(400, ANTHROPIC_OVERLOADED), "overloaded"),
+            (
+                ProviderError::Connect {
+                    url: "http://127.0.0.1:9/v1".into(),
+                    message: "connection refused".into(),
+                },
+                "unreachable",
+            ),
+            (
+                ProviderError::FirstByteTimeout {
+                    url: "http://127.0.0.1:9/v1".into(),
+                    secs: 300.0,
+                },
+                "timeout",
+            ),
+            (
+                ProviderError::RetryAfterTooLong {
+                    url: "http://127.0.0.1:9/v1".into(),
+                    status: 429,
+                    asked: "1 h".into(),
+                    limit_secs: 60.0,
+                },
+                "rate_limited",
+            ),
+            (ProviderError::Reported("Overloaded".into()), "overloaded"),
+        ] {
+            assert!(error.is_overload_or_unavailable(), "{error}");
+            assert_eq!(error.kind(), kind, "{error}");
+        }
+        for error in [
+            http(400, ANTHROPIC_TOO_LONG),
+            http(400, OPENAI_CONTEXT),
+            http(401, r#"{"error":{"message":"Incorrect API key provided"}}"#),
+            http(404, "not found"),
+            ProviderError::Broken {
+                received: 10,
+                message: "reset".into(),
+            },
+            ProviderError::Stalled {
+                received: 10,
+                secs: 300.0,
+            },
+            ProviderError::TooLarge { limit: 1 },
+            ProviderError::Reported("the script says no".into()),
+            ProviderError::MissingKey("OPENAI_API_KEY".into()),
+        ] {
+            assert!(!error.is_overload_or_unavailable(), "{error}");
+            assert_eq!(error.kind(), "error", "{error}");
+        }
+    }
 }

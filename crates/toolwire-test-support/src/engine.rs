@@ -10,7 +10,8 @@ use std::time::Duration;
 use toolwire_core::{AgentEvent, ConversationId};
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{
-    HttpSettings, Models, RetryPolicy, Script, ScriptedProvider, StreamLimits,
+    HttpSettings, ModelEntry, ModelInfo, Models, Provider, RetryPolicy, Script, ScriptedProvider,
+    StreamLimits,
 };
 use toolwire_store::Store;
 use toolwire_tools::ToolRegistry;
@@ -18,6 +19,27 @@ use toolwire_tools::ToolRegistry;
 /// The scripted provider playing `yaml` (see `Script::parse`).
 pub fn script(yaml: &str) -> Arc<ScriptedProvider> {
     Arc::new(ScriptedProvider::new(Script::parse(yaml).unwrap(), false))
+}
+
+/// A registry entry: `provider` named `name`, of provider kind `kind`
+/// (`openai`, `anthropic`, `scripted`), answering for `fallback` in order
+/// when it cannot.
+pub fn model_entry(
+    name: &str,
+    kind: &str,
+    provider: Arc<dyn Provider>,
+    fallback: &[&str],
+) -> ModelEntry {
+    ModelEntry {
+        info: ModelInfo {
+            name: name.to_owned(),
+            provider: kind.to_owned(),
+            model: provider.model().to_owned(),
+            fallback: fallback.iter().map(|f| (*f).to_owned()).collect(),
+            ..ModelInfo::default()
+        },
+        provider,
+    }
 }
 
 /// A SQLite store in a temporary directory (kept alive by the returned

@@ -31,7 +31,8 @@ pub mod tools;
 // Flat names, so that a test's `use toolwire_test_support as support;`
 // reads as `support::MockServer`, `support::openai_sse`.
 pub use engine::{
-    engine, engine_at, event_types, http, script, scripted_engine, sqlite_store, type_of,
+    engine, engine_at, event_types, http, model_entry, script, scripted_engine, sqlite_store,
+    type_of,
 };
 pub use mock_model::{MockServer, Received, Reply, Request, read_request};
 pub use processes::{gone, marker, none_with, running_with, some_with};

@@ -8,7 +8,7 @@ use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
 use toolwire_core::{
     AgentEvent, GatedCall, Message, MessageId, MessageStatus, Role, StopReason, ToolCallId,
 };
-use toolwire_providers::{ModelRequest, ToolFormat, xml_format};
+use toolwire_providers::{EventStream, ModelEntry, ModelRequest, ToolFormat, xml_format};
 use toolwire_stream::StreamEvent;
 use toolwire_tools::ToolSpec;
 
@@ -16,7 +16,7 @@ use super::assemble::StepState;
 use super::{Stop, Turn};
 use crate::notify::{InjectionMode, NOTIFICATION_TOOL};
 
-impl Turn<'_> {
+impl<'a> Turn<'a> {
     /// One model call: streams its events out (each batch that the
     /// provider has ready is stored in one transaction), then stores the
     /// message with what it leads to: its tool calls, or the final answer.
@@ -34,18 +34,17 @@ impl Turn<'_> {
                     .saturating_sub(1),
             );
         }
-        let request = self.request(&path, iteration);
+        // Named now, so that clients can tie the streamed pieces (and a
+        // fallback) to the message they become; announced with the first
+        // batch (no write of its own).
+        let message_id = MessageId::new();
         let started = Instant::now();
-        let stream = tokio::select! {
-            s = self.model.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
+        let (stream, answering) = tokio::select! {
+            s = self.open_stream(&path, iteration, message_id) => s?,
             _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
-        let mut step = StepState::new(self.cx.config.tool_format);
+        let mut step = StepState::new(self.tool_format(answering));
         let mut failure: Option<Stop> = None;
-        // Named now, so that clients can tie the streamed pieces to the
-        // message they become; announced with the first batch (no write
-        // of its own).
-        let message_id = MessageId::new();
         let mut step_started = Some(AgentEvent::StepStarted {
             run_id: self.run_id,
             message_id,
@@ -100,7 +99,7 @@ impl Turn<'_> {
                 .collect();
             self.cx.bus.emit_all(self.conversation, publish).await?;
         }
-        let model = &self.model.info;
+        let model = &answering.info;
         let mut message = Message::new(
             self.conversation,
             Some(self.leaf),
@@ -178,7 +177,69 @@ impl Turn<'_> {
         Ok((message, calls, path))
     }
 
-    pub(super) fn request(&self, path: &[Message], iteration: u32) -> ModelRequest {
+    /// The call's stream from the turn's model; when that model is busy
+    /// or out of reach (its provider's retries spent, nothing received),
+    /// from the next model of its `fallback` list, each tried once and
+    /// announced by a stored [`AgentEvent::ModelFallback`]. Returns the
+    /// model that answers. The next step asks the turn's model again.
+    async fn open_stream(
+        &self,
+        path: &[Message],
+        iteration: u32,
+        message_id: MessageId,
+    ) -> Result<(EventStream, &'a ModelEntry), Stop> {
+        let mut model: &'a ModelEntry = self.model;
+        let mut fallbacks = self.model.info.fallback.iter();
+        loop {
+            let request = self.request(model, path, iteration);
+            let error = match model.provider.stream(&request).await {
+                Ok(stream) => return Ok((stream, model)),
+                Err(e) => e,
+            };
+            let next = if error.is_overload_or_unavailable() {
+                fallbacks.find_map(|name| self.cx.models.get(name))
+            } else {
+                None
+            };
+            let Some(next) = next else {
+                return Err(Stop::new(StopReason::LlmApiError, error.to_string()));
+            };
+            tracing::warn!(
+                from = %model.info.name,
+                to = %next.info.name,
+                reason = error.kind(),
+                error = %error,
+                "model unavailable; its fallback answers the step"
+            );
+            let event = AgentEvent::ModelFallback {
+                run_id: self.run_id,
+                message_id,
+                from: model.info.name.clone(),
+                to: next.info.name.clone(),
+                reason: error.kind().to_owned(),
+                error: error.to_string(),
+            };
+            self.cx.bus.emit_all(self.conversation, vec![event]).await?;
+            model = next;
+        }
+    }
+
+    /// How `model` writes tool calls: XML when the deployment or the
+    /// model lacks native tool calling.
+    fn tool_format(&self, model: &ModelEntry) -> ToolFormat {
+        if self.cx.config.tool_format == ToolFormat::Xml || !model.info.capabilities.tools {
+            ToolFormat::Xml
+        } else {
+            ToolFormat::Native
+        }
+    }
+
+    pub(super) fn request(
+        &self,
+        model: &ModelEntry,
+        path: &[Message],
+        iteration: u32,
+    ) -> ModelRequest {
         let mut system = path.first().map(Message::text).unwrap_or_default();
         let rest = path.get(1..).unwrap_or_default();
         let mut tools = self.specs();
@@ -200,7 +261,7 @@ impl Turn<'_> {
                 });
             }
         }
-        match self.cx.config.tool_format {
+        match self.tool_format(model) {
             ToolFormat::Native => ModelRequest {
                 system,
                 messages: rest.to_vec(),

@@ -34,7 +34,12 @@ pub struct AgentRecord {
     pub id: String,
     pub name: String,
     pub description: Option<String>,
+    /// The model as the client named it (a Letta handle, a registry name
+    /// or a model id); see [`models`].
     pub model: Option<String>,
+    /// Letta's `model_settings`, kept as given and served back.
+    #[serde(default)]
+    pub model_settings: Option<Value>,
     pub tool_ids: Vec<String>,
     /// Letta's tool rules, kept as given; `requires_approval` rules are
     /// the ones toolwire acts on.

@@ -1,28 +1,30 @@
-//! The turn options an agent gives its conversation's turns: its tools,
-//! and which of them wait for approval. Every turn of an agent's
+//! The turn options an agent gives its conversation's turns: its model,
+//! its tools, and which of them wait for approval. Every turn of an agent's
 //! conversation runs with them, whichever door starts it.
 
 use toolwire_core::ConversationId;
 use toolwire_engine::TurnOptions;
 
 use crate::agents::tools::{all_tools, registry};
-use crate::agents::{self, AgentRecord};
+use crate::agents::{self, AgentRecord, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
 
-/// The turn options of `agent`: its tools, and which of them wait for
-/// approval.
+/// The turn options of `agent`: its model (by registry name), its tools,
+/// and which of them wait for approval.
 pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<TurnOptions> {
     let all = all_tools(state).await?;
     let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
+    let model = models::of_agent(state.engine.models(), agent.model.as_deref());
     Ok(TurnOptions {
         tools: Some(registry(state, &tools).await),
         require_approval: agent.approval_set(&all),
+        model: Some(model.info.name.clone()),
         ..TurnOptions::default()
     })
 }
 
-/// Tells the engine `agent`'s tools and approvals (after they changed),
+/// Tells the engine `agent`'s model, tools and approvals (after they changed),
 /// so that the turns it starts itself (a wake) use them at once rather
 /// than those of the agent's last request. What that request added (its
 /// client tools, max_steps) is kept.
@@ -35,6 +37,7 @@ pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult
         TurnOptions {
             tools: fresh.tools,
             require_approval: fresh.require_approval,
+            model: fresh.model,
             ..remembered
         },
     );

@@ -10,11 +10,12 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolwire_engine::EngineError;
+use toolwire_providers::ModelInfo;
 
 use crate::agents::ids::new_id;
 use crate::agents::options::refresh_options;
 use crate::agents::tools::{ToolRecord, all_tools};
-use crate::agents::{self, AgentRecord, KIND, load};
+use crate::agents::{self, AgentRecord, KIND, load, models};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
 use crate::letta::page::{Order, PageQuery};
@@ -28,7 +29,15 @@ pub struct AgentFields {
     name: Option<String>,
     system: Option<String>,
     description: Option<String>,
+    /// A Letta handle (`openai/gpt-4o-mini`), a registry name or a model
+    /// id.
     model: Option<String>,
+    /// Letta's model settings (`provider_type`, `max_output_tokens` …):
+    /// kept and served back.
+    model_settings: Option<Value>,
+    /// Letta's deprecated form: its `handle`, else its `model`, names the
+    /// model when `model` does not.
+    llm_config: Option<Value>,
     tool_ids: Option<Vec<String>>,
     /// Tool names, as Letta also accepts.
     tools: Option<Vec<String>>,
@@ -38,6 +47,23 @@ pub struct AgentFields {
     metadata: Option<Value>,
     memory_blocks: Option<Vec<Value>>,
     approval_timeout_seconds: Option<u64>,
+}
+
+impl AgentFields {
+    /// The model the client named, checked against the registry (Letta's
+    /// 404 for a handle that names none).
+    fn model(&self, state: &AppState) -> ApiResult<Option<String>> {
+        let given = self.model.clone().or_else(|| {
+            let config = self.llm_config.as_ref()?;
+            ["handle", "model"]
+                .into_iter()
+                .find_map(|key| config.get(key)?.as_str().map(str::to_owned))
+        });
+        if let Some(handle) = &given {
+            models::resolve_handle(state.engine.models(), handle)?;
+        }
+        Ok(given)
+    }
 }
 
 /// The tool ids `fields` names (ids and names), each checked to exist.
@@ -69,23 +95,26 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
     let all = all_tools(state).await?;
     let conversation = state.store().conversation(agent.conversation_id).await?;
     let system = state.store().message(conversation.root_id).await?.text();
-    let model = agent
-        .model
-        .clone()
-        .unwrap_or_else(|| state.engine.model().to_owned());
+    let entry = models::of_agent(state.engine.models(), agent.model.as_deref());
+    let info = &entry.info;
     let tools: Vec<Value> = agent.tools(&all).into_iter().map(tool_json).collect();
+    let endpoint = endpoint_type(&info.provider);
+    let model_settings = agent.model_settings.clone().unwrap_or_else(|| {
+        json!({
+            "provider_type": endpoint,
+            "max_output_tokens": info.max_output,
+            "parallel_tool_calls": false,
+        })
+    });
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
         "description": agent.description,
         "system": system,
         "agent_type": "letta_v1_agent",
-        "model": model,
-        "llm_config": {
-            "model": model,
-            "model_endpoint_type": "openai",
-            "context_window": 128000,
-        },
+        "model": agent.model.clone().unwrap_or_else(|| info.handle()),
+        "model_settings": model_settings,
+        "llm_config": llm_config(info),
         "embedding_config": null,
         "tools": tools,
         "tool_ids": agent.tool_ids,
@@ -104,10 +133,40 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
     }))
 }
 
+/// Letta's `model_endpoint_type` / `provider_type` for a provider kind:
+/// the scripted provider speaks OpenAI's format.
+pub fn endpoint_type(provider: &str) -> &'static str {
+    match provider {
+        "anthropic" => "anthropic",
+        _ => "openai",
+    }
+}
+
+/// The context window Letta's schemas require where the configuration
+/// gives none (what Letta itself assumes for OpenAI's models).
+const UNKNOWN_CONTEXT_WINDOW: u64 = 128_000;
+
+/// A model as Letta's `LLMConfig` describes it.
+pub fn llm_config(info: &ModelInfo) -> Value {
+    let window = info.context_window.unwrap_or(UNKNOWN_CONTEXT_WINDOW);
+    json!({
+        "handle": info.handle(),
+        "model": info.model,
+        "display_name": info.name,
+        "model_endpoint_type": endpoint_type(&info.provider),
+        "provider_name": info.provider,
+        "context_window": window,
+        "max_tokens": info.max_output,
+        "enable_reasoner": info.capabilities.reasoning,
+        "parallel_tool_calls": false,
+    })
+}
+
 pub async fn create(
     State(state): State<AppState>,
     Body(fields): Body<AgentFields>,
 ) -> ApiResult<Json<Value>> {
+    let model = fields.model(&state)?;
     let all = all_tools(&state).await?;
     let mut tool_ids = resolve_tools(&fields, &all)?.unwrap_or_default();
     if fields.include_base_tools.unwrap_or(true) {
@@ -135,7 +194,8 @@ pub async fn create(
         id,
         name,
         description: fields.description,
-        model: fields.model,
+        model,
+        model_settings: fields.model_settings,
         tool_ids,
         tool_rules: fields.tool_rules.unwrap_or_default(),
         tags: fields.tags.unwrap_or_default(),
@@ -192,6 +252,7 @@ pub async fn update(
     Path(id): Path<String>,
     Body(fields): Body<AgentFields>,
 ) -> ApiResult<Json<Value>> {
+    let model = fields.model(&state)?;
     let _agent_lock = state.lock(&id).await;
     let mut agent = load(&state, &id).await?;
     let all = all_tools(&state).await?;
@@ -211,8 +272,11 @@ pub async fn update(
     if let Some(d) = fields.description {
         agent.description = Some(d);
     }
-    if let Some(m) = fields.model {
+    if let Some(m) = model {
         agent.model = Some(m);
+    }
+    if let Some(m) = fields.model_settings {
+        agent.model_settings = Some(m);
     }
     if let Some(r) = fields.tool_rules {
         agent.tool_rules = r;

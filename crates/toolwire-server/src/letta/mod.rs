@@ -1,7 +1,8 @@
-//! The Letta-compatible API: tools, agents and their messages.
+//! The Letta-compatible API: tools, agents and their messages, models.
 
 pub mod agents;
 pub mod messages;
+pub mod models;
 pub mod notifications;
 pub mod page;
 pub mod render;
@@ -43,4 +44,5 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/agents/{id}/messages/stream", post(messages::stream))
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
         .route("/v1/agents/{id}/notifications", post(notifications::create))
+        .route("/v1/models", get(models::list))
 }

@@ -179,6 +179,16 @@ impl Renderer {
                 self.step = Some(*message_id);
                 self.text.clear();
             }
+            AgentEvent::ModelFallback {
+                run_id,
+                message_id,
+                from,
+                to,
+                reason,
+                ..
+            } => {
+                frames.push(json!({"type": "model_fallback", "seq": seq, "run_id": run_id, "message_id": message_id, "from": from, "to": to, "reason": reason}));
+            }
             AgentEvent::TextDelta { run_id, text } => {
                 self.text.push_str(text);
                 frames.push(json!({"type": "text_delta", "seq": seq, "run_id": run_id, "kind": "text", "text": text}));
