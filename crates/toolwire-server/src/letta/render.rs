@@ -477,6 +477,8 @@ impl LiveRenderer {
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,
             "cached_input_tokens": usage.cached_tokens,
+            // Letta's field for Anthropic's cache writes.
+            "cache_write_tokens": usage.cache_write_tokens,
             "step_count": self.steps,
             "run_ids": [run_id(self.run)],
         }));
