@@ -14,8 +14,9 @@ use toolwire_engine::notify::{Activation, InjectionMode, NotificationSettings};
 use toolwire_engine::watch::{self, WatchHandle, WatchSettings};
 use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
 use toolwire_providers::{
-    AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, OpenAiProvider, Provider, RetryPolicy,
-    Script, ScriptedProvider, StreamLimits, ToolFormat, anthropic, openai, scripted,
+    AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, OpenAiProvider, OpenAiResponsesProvider,
+    Provider, RetryPolicy, Script, ScriptedProvider, StreamLimits, ToolFormat, anthropic, openai,
+    scripted,
 };
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin::{self, Workspace};
@@ -77,6 +78,10 @@ fn data_dir() -> Option<PathBuf> {
 pub enum ProviderKind {
     /// OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp, Ollama…).
     Openai,
+    /// OpenAI's Responses API (`/responses`), which reasoning models such
+    /// as the o-series and codex models need.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
     /// Anthropic messages.
     Anthropic,
     /// Plays a script file (or the built-in demo): deterministic, offline.
@@ -683,6 +688,14 @@ impl Settings {
             ProviderKind::Openai => {
                 let settings = self.http(openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
                 Arc::new(OpenAiProvider::new(settings, self.model_name()?, native))
+            }
+            ProviderKind::OpenaiResponses => {
+                let settings = self.http(openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
+                Arc::new(OpenAiResponsesProvider::new(
+                    settings,
+                    self.model_name()?,
+                    native,
+                ))
             }
             ProviderKind::Anthropic => {
                 let settings = self.http(anthropic::DEFAULT_BASE_URL, "ANTHROPIC_API_KEY")?;
