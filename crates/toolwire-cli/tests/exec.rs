@@ -520,3 +520,39 @@ async fn exec_with_openai_responses_runs_a_tool_loop() {
         "{output}"
     );
 }
+
+/// `provider = "openai-responses"` in a config file means the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_file_names_the_responses_provider() {
+    use toolwire_test_support::{MockServer, Reply, responses_sse};
+
+    let server = MockServer::start(vec![Reply::sse(responses_sse("Hi.", &[]))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolwire.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "provider = \"openai-responses\"\nmodel = \"o4-mini\"\nbase_url = \"{}\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let mut cmd = toolwire(dir.path());
+    cmd.args(["exec", "--db", &db, "--config"])
+        .arg(&config)
+        .arg("hello");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hi."));
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/responses");
+    assert_eq!(received[0].body["input"][0]["content"][0]["text"], "hello");
+}

@@ -485,3 +485,32 @@ impl LiveRenderer {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_statistics_carry_cache_reads_and_writes() {
+        let renderer = LiveRenderer::new(RunId::new(), false, HashSet::new());
+        let end = RunEnd {
+            reason: StopReason::EndTurn,
+            error: None,
+        };
+        let usage = Usage {
+            prompt_tokens: 5000,
+            completion_tokens: 40,
+            cached_tokens: 4000,
+            cache_write_tokens: 900,
+        };
+        let closing = renderer.closing(&end, usage);
+        let stats = closing
+            .iter()
+            .find(|m| m["message_type"] == "usage_statistics")
+            .unwrap();
+        assert_eq!(stats["prompt_tokens"], 5000);
+        assert_eq!(stats["total_tokens"], 5040);
+        assert_eq!(stats["cached_input_tokens"], 4000);
+        assert_eq!(stats["cache_write_tokens"], 900);
+    }
+}
