@@ -79,6 +79,10 @@ fn data_dir() -> Option<PathBuf> {
 pub enum ProviderKind {
     /// OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp, Ollama…).
     Openai,
+    /// OpenAI's Responses API (`/responses`), which reasoning models such
+    /// as the o-series and codex models need.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
     /// Anthropic messages.
     Anthropic,
     /// Plays a script file (or the built-in demo): deterministic, offline.
@@ -86,8 +90,9 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
-    const ALL: [ProviderKind; 3] = [
+    const ALL: [ProviderKind; 4] = [
         ProviderKind::Openai,
+        ProviderKind::OpenaiResponses,
         ProviderKind::Anthropic,
         ProviderKind::Scripted,
     ];
@@ -96,6 +101,7 @@ impl ProviderKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",
+            ProviderKind::OpenaiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Scripted => "scripted",
         }

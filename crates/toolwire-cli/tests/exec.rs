@@ -439,3 +439,120 @@ fn exec_runs_commands_in_the_sandbox() {
     assert!(!events.contains("sk-e2e-openai"));
     assert_eq!(running_with(&marker), Vec::<u32>::new());
 }
+
+/// `--provider openai-responses` speaks the Responses API: a tool loop
+/// against a mock `/responses` server, the call and its output sent back
+/// as items, the usage (cached tokens included) in `--json`'s events.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_with_openai_responses_runs_a_tool_loop() {
+    use toolwire_test_support::{Call, MockServer, Reply, responses_sse};
+
+    let server = MockServer::start(vec![
+        Reply::sse(responses_sse(
+            "Reading.",
+            &[Call {
+                id: "call_notes",
+                name: "read_file",
+                arguments: serde_json::json!({"path": "notes.txt"}),
+            }],
+        )),
+        Reply::sse(responses_sse("The notes say hello.", &[])),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let mut cmd = toolwire(dir.path());
+    cmd.env("OPENAI_API_KEY", "sk-test").args([
+        "exec",
+        "--json",
+        "--db",
+        &db,
+        "--provider",
+        "openai-responses",
+        "--base-url",
+        &server.url,
+        "--model",
+        "o4-mini",
+        "what do the notes say?",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = events
+        .iter()
+        .find(|e| e["type"] == "final_response")
+        .expect("a final response");
+    assert_eq!(last["usage"]["prompt_tokens"], 200);
+    assert_eq!(last["usage"]["cached_tokens"], 80);
+
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    assert!(received.iter().all(|r| r.path == "/responses"));
+    assert_eq!(received[0].header("authorization"), Some("Bearer sk-test"));
+    assert_eq!(received[0].body["model"], "o4-mini");
+    let items = received[1].body["input"].as_array().unwrap();
+    let call = items
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .expect("the call is sent back");
+    assert_eq!(
+        (&call["call_id"], &call["name"]),
+        (&Value::from("call_notes"), &Value::from("read_file"))
+    );
+    let output = items
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .expect("its output is sent");
+    assert_eq!(output["call_id"], "call_notes");
+    assert!(
+        output["output"].as_str().unwrap().contains("hello"),
+        "{output}"
+    );
+}
+
+/// `provider = "openai-responses"` in a config file means the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_file_names_the_responses_provider() {
+    use toolwire_test_support::{MockServer, Reply, responses_sse};
+
+    let server = MockServer::start(vec![Reply::sse(responses_sse("Hi.", &[]))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolwire.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "provider = \"openai-responses\"\nmodel = \"o4-mini\"\nbase_url = \"{}\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let mut cmd = toolwire(dir.path());
+    cmd.args(["exec", "--db", &db, "--config"])
+        .arg(&config)
+        .arg("hello");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hi."));
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/responses");
+    assert_eq!(received[0].body["input"][0]["content"][0]["text"], "hello");
+}

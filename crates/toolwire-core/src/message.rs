@@ -113,12 +113,21 @@ pub const NOT_RUN_AFTER_STOP: &str = "Not run: toolwire stopped before this call
 /// Token counts of one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Tokens of the request (cached ones included).
+    /// Every token of the request: those read from the provider's cache
+    /// and those written to it included. OpenAI counts its prompt tokens
+    /// this way; Anthropic's `input_tokens` leaves both out, and its
+    /// decoder adds them back, so the number means one thing everywhere.
     pub prompt_tokens: u64,
     /// Tokens the model wrote.
     pub completion_tokens: u64,
-    /// Prompt tokens served from the provider's cache.
+    /// Prompt tokens read from the provider's cache (part of
+    /// `prompt_tokens`).
     pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (part of
+    /// `prompt_tokens`; Anthropic reports them, OpenAI caches without
+    /// saying). Absent from rows and events stored before it was counted.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
@@ -133,6 +142,7 @@ impl std::ops::AddAssign for Usage {
         self.prompt_tokens += rhs.prompt_tokens;
         self.completion_tokens += rhs.completion_tokens;
         self.cached_tokens += rhs.cached_tokens;
+        self.cache_write_tokens += rhs.cache_write_tokens;
     }
 }
 

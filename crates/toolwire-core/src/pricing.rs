@@ -13,19 +13,36 @@ pub struct Price {
     pub input: f64,
     /// Completion tokens.
     pub output: f64,
-    /// Cached prompt tokens; `input` when not given.
+    /// Prompt tokens read from the cache; `input` when not given.
     #[serde(default)]
     pub cached_input: Option<f64>,
+    /// Prompt tokens written to the cache; when not given,
+    /// [`CACHE_WRITE_MARKUP`] × `input` (Anthropic's price for its
+    /// 5-minute cache; OpenAI reports no writes, so it never applies there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
 }
 
+/// What a cache write costs against a plain input token when the price
+/// does not say: Anthropic bills 5-minute cache writes at 1.25× input.
+pub const CACHE_WRITE_MARKUP: f64 = 1.25;
+
 impl Price {
-    /// The cost of `usage` at this price.
+    /// The cost of `usage` at this price: cache reads at `cached_input`,
+    /// cache writes at `cache_write`, the rest of the prompt at `input`.
     pub fn cost(&self, usage: &Usage) -> f64 {
+        // Counts a provider reported inconsistently never price more
+        // tokens than the prompt had.
         let cached = usage.cached_tokens.min(usage.prompt_tokens);
-        let fresh = usage.prompt_tokens - cached;
+        let written = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
+        let fresh = usage.prompt_tokens - cached - written;
         let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         per(fresh, self.input)
             + per(cached, self.cached_input.unwrap_or(self.input))
+            + per(
+                written,
+                self.cache_write.unwrap_or(self.input * CACHE_WRITE_MARKUP),
+            )
             + per(usage.completion_tokens, self.output)
     }
 }
@@ -67,6 +84,7 @@ mod tests {
                 input: 2.5,
                 output: 10.0,
                 cached_input: Some(1.25),
+                cache_write: None,
             },
         );
         t.0.insert(
@@ -75,12 +93,14 @@ mod tests {
                 input: 0.15,
                 output: 0.6,
                 cached_input: None,
+                cache_write: None,
             },
         );
         let u = Usage {
             prompt_tokens: 1_000_000,
             completion_tokens: 100_000,
             cached_tokens: 400_000,
+            cache_write_tokens: 0,
         };
         assert_eq!(
             t.cost("gpt-4o-2024-08-06", &u),
@@ -88,5 +108,57 @@ mod tests {
         );
         assert_eq!(t.cost("gpt-4o-mini-2024", &u), Some(0.15 + 0.06));
         assert_eq!(t.cost("claude", &u), None);
+    }
+
+    fn claude() -> Price {
+        Price {
+            input: 3.0,
+            output: 15.0,
+            cached_input: Some(0.3),
+            cache_write: None,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn cache_writes_cost_a_quarter_more_than_input_unless_priced() {
+        // Anthropic: 1M prompt tokens of which 600k read, 300k written.
+        let u = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 0,
+            cached_tokens: 600_000,
+            cache_write_tokens: 300_000,
+        };
+        assert!(close(claude().cost(&u), 0.1 * 3.0 + 0.6 * 0.3 + 0.3 * 3.75));
+        let priced = Price {
+            cache_write: Some(6.0),
+            ..claude()
+        };
+        assert!(close(priced.cost(&u), 0.1 * 3.0 + 0.6 * 0.3 + 0.3 * 6.0));
+    }
+
+    #[test]
+    fn inconsistent_counts_never_price_more_than_the_prompt() {
+        // Reads and writes above the prompt count: the writes are cut to
+        // what is left, nothing is priced twice and nothing underflows.
+        let u = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 0,
+            cached_tokens: 800_000,
+            cache_write_tokens: 900_000,
+        };
+        assert!(close(claude().cost(&u), 0.8 * 0.3 + 0.2 * 3.75));
+    }
+
+    #[test]
+    fn prices_without_cache_write_read_and_write_as_before() {
+        let old: Price =
+            serde_json::from_str(r#"{"input": 1.0, "output": 2.0, "cached_input": 0.5}"#).unwrap();
+        assert_eq!(old.cache_write, None);
+        let text = serde_json::to_string(&old).unwrap();
+        assert!(!text.contains("cache_write"), "{text}");
     }
 }

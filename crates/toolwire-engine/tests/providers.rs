@@ -1,5 +1,6 @@
-//! The engine against mock OpenAI and Anthropic servers on loopback: the
-//! stored tree, the event sequence, and the request bodies the model saw.
+//! The engine against mock OpenAI (chat and Responses) and Anthropic
+//! servers on loopback: the stored tree, the event sequence, and the
+//! request bodies the model saw.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,7 +12,7 @@ use serde_json::json;
 use support::*;
 use toolwire_core::{ContentBlock, MessageStatus, Role, StopReason};
 use toolwire_engine::EngineConfig;
-use toolwire_providers::{AnthropicProvider, OpenAiProvider};
+use toolwire_providers::{AnthropicProvider, OpenAiProvider, OpenAiResponsesProvider};
 
 #[tokio::test]
 async fn openai_parallel_calls_then_answer() {
@@ -173,8 +174,9 @@ async fn anthropic_tool_use_and_results_in_one_user_message() {
     assert_eq!(received[0].path, "/v1/messages");
     assert_eq!(received[0].header("x-api-key"), Some("test-key"));
     assert_eq!(received[0].header("anthropic-version"), Some("2023-06-01"));
+    // The system prompt as one text block: it carries a cache breakpoint.
     assert!(
-        received[0].body["system"]
+        received[0].body["system"][0]["text"]
             .as_str()
             .unwrap()
             .contains("helpful")
@@ -195,6 +197,105 @@ async fn anthropic_tool_use_and_results_in_one_user_message() {
     assert_eq!(results.len(), 2);
     assert_eq!(results[0]["tool_use_id"], "toolu_1");
     assert_eq!(results[1]["tool_use_id"], "toolu_2");
+}
+
+#[tokio::test]
+async fn openai_responses_tool_loop_sends_calls_and_outputs_as_items() {
+    let server = MockServer::start(vec![
+        Reply::sse(responses_sse(
+            "Reading both.",
+            &[
+                Call {
+                    id: "call_a",
+                    name: "slow",
+                    arguments: json!({"path": "a.rs"}),
+                },
+                Call {
+                    id: "call_b",
+                    name: "fast",
+                    arguments: json!({"path": "b.rs"}),
+                },
+            ],
+        )),
+        Reply::sse(responses_sse("Both read.", &[])),
+    ])
+    .await;
+    let provider = Arc::new(OpenAiResponsesProvider::new(
+        http(&server.url),
+        "o4-mini",
+        true,
+    ));
+    let mut tools = echo_tools(&["fast"], Duration::ZERO);
+    tools.register(echo_tool("slow", Duration::from_millis(100)));
+    let (engine, _dir) = engine(provider, tools, EngineConfig::default()).await;
+    let conv = engine.create_conversation(None).await.unwrap();
+
+    let outcome = engine.run(conv.id, "read a and b").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
+    assert_eq!(outcome.final_message.unwrap().text(), "Both read.");
+    assert_eq!(outcome.usage.prompt_tokens, 200);
+    assert_eq!(outcome.usage.cached_tokens, 80, "input_tokens_details");
+
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].path, "/responses");
+    assert_eq!(received[0].header("authorization"), Some("Bearer test-key"));
+    let first = &received[0].body;
+    assert_eq!(first["stream"], true);
+    assert_eq!(first["max_output_tokens"], 1024);
+    assert!(first["instructions"].as_str().unwrap().contains("helpful"));
+    let tool_names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(t["type"], "function");
+            t["name"].as_str().unwrap()
+        })
+        .collect();
+    assert!(
+        tool_names.contains(&"fast") && tool_names.contains(&"slow"),
+        "{tool_names:?}"
+    );
+
+    // The second request: the user message, the assistant's text, both
+    // calls, then both outputs in the calls' order (b finished first).
+    let items = received[1].body["input"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "message",
+            "function_call",
+            "function_call",
+            "function_call_output",
+            "function_call_output"
+        ]
+    );
+    assert_eq!(items[0]["role"], "user");
+    assert_eq!(items[0]["content"][0]["text"], "read a and b");
+    assert_eq!(items[1]["content"][0]["text"], "Reading both.");
+    assert_eq!(items[2]["call_id"], "call_a");
+    assert_eq!(items[2]["name"], "slow");
+    let args: serde_json::Value =
+        serde_json::from_str(items[2]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"path": "a.rs"}));
+    assert_eq!(items[3]["call_id"], "call_b");
+    assert_eq!(items[4]["call_id"], "call_a");
+    assert!(
+        items[4]["output"].as_str().unwrap().contains("a.rs"),
+        "{}",
+        items[4]
+    );
+    assert_eq!(items[5]["call_id"], "call_b");
+
+    // Stored as the other providers' steps are.
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let assistant = &path[2];
+    assert_eq!(assistant.model.as_deref(), Some("o4-mini"));
+    assert_eq!(assistant.tool_uses().count(), 2);
 }
 
 #[tokio::test]

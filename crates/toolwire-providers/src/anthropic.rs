@@ -1,4 +1,4 @@
-//! Anthropic messages, streaming.
+//! Anthropic messages, streaming, with prompt caching ([`crate::prompt_cache`]).
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -7,6 +7,7 @@ use toolwire_stream::AnthropicDecoder;
 
 use crate::history::{Group, grouped, plain_text};
 use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::prompt_cache;
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -19,6 +20,8 @@ pub struct AnthropicProvider {
     settings: HttpSettings,
     model: String,
     native_tools: bool,
+    /// Mark `cache_control` breakpoints (on unless turned off).
+    prompt_caching: bool,
 }
 
 impl AnthropicProvider {
@@ -28,7 +31,15 @@ impl AnthropicProvider {
             settings,
             model: model.into(),
             native_tools,
+            prompt_caching: true,
         }
+    }
+
+    /// With prompt caching on (the default) or off: off, no request
+    /// carries a `cache_control` breakpoint.
+    pub fn with_prompt_caching(mut self, on: bool) -> Self {
+        self.prompt_caching = on;
+        self
     }
 
     /// The JSON body for `request`.
@@ -48,6 +59,9 @@ impl AnthropicProvider {
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
+        }
+        if self.prompt_caching {
+            prompt_cache::mark(&mut body);
         }
         body
     }

@@ -2,8 +2,10 @@
 //!
 //! **Owns** the model providers: a request (the conversation path and the
 //! tools) in, a stream of [`StreamEvent`]s out. HTTP providers speak
-//! OpenAI chat completions ([`openai`]) or Anthropic messages
-//! ([`anthropic`]) and decode with `toolwire-stream`; [`xml_format`]
+//! OpenAI chat completions ([`openai`]), OpenAI's Responses API
+//! ([`openai_responses`]) or Anthropic messages ([`anthropic`], with
+//! prompt-cache breakpoints: [`prompt_cache`]) and decode with
+//! `toolwire-stream`; [`xml_format`]
 //! writes tools into the prompt for models without tool calling; the
 //! scripted provider ([`scripted`]) plays a script for tests and demos.
 //! The HTTP client and its retry policy (`Retry-After`, backoff, time and
@@ -19,12 +21,14 @@
 //! [`Models`] is the registry of named models a deployment offers.
 //!
 //! **Entry points.** [`Provider`], [`ModelRequest`], [`Models`], [`OpenAiProvider`],
-//! [`AnthropicProvider`], [`ScriptedProvider`], [`HttpSettings`].
+//! [`OpenAiResponsesProvider`], [`AnthropicProvider`], [`ScriptedProvider`], [`HttpSettings`].
 
 pub mod anthropic;
 mod history;
 mod http;
 pub mod openai;
+pub mod openai_responses;
+pub mod prompt_cache;
 pub mod registry;
 mod retry_after;
 pub mod scripted;
@@ -42,6 +46,7 @@ use toolwire_core::ToolSpec;
 pub use anthropic::AnthropicProvider;
 pub use http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
 pub use openai::OpenAiProvider;
+pub use openai_responses::OpenAiResponsesProvider;
 pub use registry::{Capabilities, ModelEntry, ModelInfo, Models, RegistryError};
 pub use scripted::{Script, ScriptedProvider};
 

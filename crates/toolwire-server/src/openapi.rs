@@ -320,6 +320,7 @@ fn live_schemas() -> Map<String, Value> {
             "prompt_tokens": unsigned(u64::MAX),
             "completion_tokens": unsigned(u64::MAX),
             "cached_tokens": unsigned(u64::MAX),
+            "cache_write_tokens": unsigned(u64::MAX),
         }), &["prompt_tokens", "completion_tokens"])),
         "cost": nullable_number,
         "model": nullable(string()),

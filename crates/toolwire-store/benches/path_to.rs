@@ -52,6 +52,7 @@ fn message(store_leaf: MessageId, c: toolwire_core::ConversationId, i: usize) ->
             prompt_tokens: 1000,
             completion_tokens: 100,
             cached_tokens: 500,
+            cache_write_tokens: 0,
         });
         m.cost = Some(0.001);
         m.model = Some("bench-model".into());

@@ -136,6 +136,9 @@ impl TryFrom<MessageParts<'_>> for Message {
                 prompt_tokens: count(p)?,
                 completion_tokens: count(c)?,
                 cached_tokens: count(k)?,
+                // Not a column (yet): the cost stored beside it paid for
+                // the writes.
+                cache_write_tokens: 0,
             }),
             (None, None, None) => None,
             _ => return Err(corrupt("usage is partly missing")),

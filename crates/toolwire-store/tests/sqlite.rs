@@ -511,6 +511,7 @@ async fn paths_read_every_field_as_written() {
                     prompt_tokens: 1_000 + i as u64,
                     completion_tokens: 0,
                     cached_tokens: u64::from(u32::MAX) + 7,
+                    cache_write_tokens: 0,
                 });
                 m.cost = Some(0.1 + 0.2);
                 m.model = Some(format!("a model  with spaces {i} ")).filter(|_| i % 2 == 0);

@@ -24,6 +24,11 @@ struct MessageState {
     /// Open tool_use blocks keyed by content block index.
     calls: OpenCalls<u64>,
     usage: Usage,
+    /// Anthropic's prompt counts as last reported: `message_start` has
+    /// them, and a `message_delta` may repeat or update any of them.
+    input: u64,
+    cache_read: u64,
+    cache_write: u64,
     stop_reason: Option<String>,
     finished: bool,
 }
@@ -242,13 +247,17 @@ impl MessageState {
     }
 
     fn add_usage(&mut self, u: AnthropicUsage) {
-        let cached = u.cache_read_input_tokens.unwrap_or(0);
-        if let Some(input) = u.input_tokens {
-            // Anthropic counts cached prompt tokens apart; toolwire's
-            // prompt count includes them, as OpenAI's does.
-            self.usage.prompt_tokens = input + cached + u.cache_creation_input_tokens.unwrap_or(0);
-            self.usage.cached_tokens = cached;
-        }
+        // Each count is cumulative where it appears; one left out keeps
+        // its last value.
+        self.input = u.input_tokens.unwrap_or(self.input);
+        self.cache_read = u.cache_read_input_tokens.unwrap_or(self.cache_read);
+        self.cache_write = u.cache_creation_input_tokens.unwrap_or(self.cache_write);
+        // Anthropic's `input_tokens` leaves out what was read from or
+        // written to the cache; toolwire's prompt count includes both, as
+        // OpenAI's does.
+        self.usage.prompt_tokens = self.input + self.cache_read + self.cache_write;
+        self.usage.cached_tokens = self.cache_read;
+        self.usage.cache_write_tokens = self.cache_write;
         if let Some(output) = u.output_tokens {
             self.usage.completion_tokens = output;
         }

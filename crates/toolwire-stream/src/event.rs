@@ -150,14 +150,24 @@ impl StreamEvent {
 /// Token counts. Providers name these differently; the decoders map them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Usage {
-    /// Tokens of the request (cached ones included).
+    /// Every token of the request, those read from and written to the
+    /// provider's cache included (OpenAI's count; Anthropic's decoder adds
+    /// its cache reads and writes to its `input_tokens`).
     pub prompt_tokens: u64,
     /// Tokens the model wrote (reasoning included).
     pub completion_tokens: u64,
-    /// Prompt tokens served from the provider's cache.
+    /// Prompt tokens read from the provider's cache.
     pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (Anthropic's
+    /// `cache_creation_input_tokens`; OpenAI reports none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Completion tokens spent on reasoning, where reported.
     pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why the model stopped.

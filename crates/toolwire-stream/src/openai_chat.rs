@@ -99,6 +99,7 @@ impl From<ChatUsage> for Usage {
                 .and_then(|d| d.cached_tokens)
                 .or(u.prompt_cache_hit_tokens)
                 .unwrap_or(0),
+            cache_write_tokens: 0,
             reasoning_tokens: u
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)

@@ -100,6 +100,7 @@ impl From<ResponseUsage> for Usage {
             prompt_tokens: u.input_tokens,
             completion_tokens: u.output_tokens,
             cached_tokens: u.input_tokens_details.map_or(0, |d| d.cached_tokens),
+            cache_write_tokens: 0,
             reasoning_tokens: u.output_tokens_details.map_or(0, |d| d.reasoning_tokens),
         }
     }

@@ -4,7 +4,8 @@
 //! CLI share: the mock model server ([`mock_model`]: real HTTP/1.1 and SSE
 //! on loopback, replies scripted per request, every request recorded,
 //! faults such as error statuses, cut streams, stalls and slow chunks), the
-//! SSE bodies of OpenAI chat and Anthropic ([`sse`]), the provider error
+//! SSE bodies of OpenAI chat, OpenAI Responses and Anthropic ([`sse`]),
+//! Anthropic's prompt cache as the mock reports it ([`anthropic_cache`]), the provider error
 //! bodies the real APIs send ([`faults`]), engines over a temporary SQLite
 //! file with the scripted or any provider ([`engine`]), echo tools
 //! ([`tools`]), process checks ([`processes`]), sandboxes through a crate's
@@ -19,6 +20,7 @@
 //! wrong): a test helper has no caller to hand an error to.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod anthropic_cache;
 pub mod engine;
 pub mod faults;
 pub mod mcp_http;
@@ -30,11 +32,12 @@ pub mod tools;
 
 // Flat names, so that a test's `use toolwire_test_support as support;`
 // reads as `support::MockServer`, `support::openai_sse`.
+pub use anthropic_cache::PromptCache;
 pub use engine::{
     engine, engine_at, event_types, http, model_entry, script, scripted_engine, sqlite_store,
     type_of,
 };
 pub use mock_model::{MockServer, Received, Reply, Request, read_request};
 pub use processes::{gone, marker, none_with, running_with, some_with};
-pub use sse::{Call, anthropic_sse, openai_sse};
+pub use sse::{Call, anthropic_sse, anthropic_sse_with_usage, openai_sse, responses_sse};
 pub use tools::{EchoTool, echo_tool, echo_tools};

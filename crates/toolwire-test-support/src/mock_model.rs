@@ -14,6 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 /// What the mock answers to one request.
 #[derive(Clone)]
 pub enum Reply {
+    /// The reply `answer` makes of the request: for a mock whose answer
+    /// depends on what it was sent (a prompt cache, say).
+    Respond(Arc<dyn Fn(&Request) -> Reply + Send + Sync>),
     /// 200 with an SSE body sent in `chunk`-byte pieces.
     Sse {
         body: String,
@@ -184,9 +187,23 @@ async fn serve(
     let Some(request) = read_request(&mut socket).await? else {
         return Ok(());
     };
+    let reply = match reply {
+        Reply::Respond(answer) => answer(&request),
+        other => other,
+    };
     log.lock().unwrap().push(request);
 
     match reply {
+        // Answered above; an answer that is itself `Respond` gets a 500.
+        Reply::Respond(_) => {
+            let body = "the mock's Respond answer returned another Respond";
+            let head = format!(
+                "HTTP/1.1 500 Status\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(head.as_bytes()).await?;
+            socket.write_all(body.as_bytes()).await?;
+        }
         Reply::Status {
             code,
             headers,

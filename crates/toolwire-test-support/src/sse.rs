@@ -1,6 +1,7 @@
-//! SSE bodies as OpenAI chat completions and Anthropic messages stream
-//! them: text, then tool calls whose arguments arrive in fragments, then
-//! the stop reason and usage. For [`crate::Reply::sse`].
+//! SSE bodies as OpenAI chat completions, the OpenAI Responses API and
+//! Anthropic messages stream them: text, then tool calls whose arguments
+//! arrive in fragments, then the stop reason and usage. For
+//! [`crate::Reply::sse`].
 
 use serde_json::{Value, json};
 
@@ -46,13 +47,76 @@ pub fn openai_sse(text: &str, calls: &[Call<'_>]) -> String {
     out
 }
 
+/// An OpenAI Responses API SSE body: a message item with the text, then
+/// `function_call` items (arguments in 7-character deltas), then
+/// `response.completed` with usage.
+pub fn responses_sse(text: &str, calls: &[Call<'_>]) -> String {
+    let mut out = String::new();
+    let mut event = |v: Value| {
+        let name = v["type"].as_str().unwrap_or("").to_owned();
+        out.push_str(&format!("event: {name}\ndata: {v}\n\n"));
+    };
+    event(
+        json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+    );
+    let mut output_index = 0;
+    if !text.is_empty() {
+        event(
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}),
+        );
+        event(
+            json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text}),
+        );
+        event(
+            json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": [{"type": "output_text", "text": text}]}}),
+        );
+        output_index = 1;
+    }
+    for (i, c) in calls.iter().enumerate() {
+        let item_id = format!("fc_{i}");
+        let index = output_index + i;
+        event(
+            json!({"type": "response.output_item.added", "output_index": index, "item": {"type": "function_call", "id": item_id, "call_id": c.id, "name": c.name, "arguments": ""}}),
+        );
+        let args = c.arguments.to_string();
+        let chars: Vec<char> = args.chars().collect();
+        for piece in chars.chunks(7) {
+            let piece: String = piece.iter().collect();
+            event(
+                json!({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": index, "delta": piece}),
+            );
+        }
+        event(
+            json!({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": index, "arguments": args}),
+        );
+        event(
+            json!({"type": "response.output_item.done", "output_index": index, "item": {"type": "function_call", "id": item_id, "call_id": c.id, "name": c.name, "arguments": args}}),
+        );
+    }
+    event(
+        json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 8}}}}),
+    );
+    out
+}
+
 /// An Anthropic messages SSE body: a text block, then tool_use blocks.
 pub fn anthropic_sse(text: &str, calls: &[Call<'_>]) -> String {
+    anthropic_sse_with_usage(
+        text,
+        calls,
+        json!({"input_tokens": 90, "cache_read_input_tokens": 10, "output_tokens": 1}),
+    )
+}
+
+/// [`anthropic_sse`] with `usage` as `message_start` reports it
+/// (`input_tokens`, `cache_read_input_tokens`,
+/// `cache_creation_input_tokens`).
+pub fn anthropic_sse_with_usage(text: &str, calls: &[Call<'_>], usage: Value) -> String {
     let mut out = String::new();
     let mut event = |name: &str, v: Value| out.push_str(&format!("event: {name}\ndata: {v}\n\n"));
     event(
         "message_start",
-        json!({"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": [], "usage": {"input_tokens": 90, "cache_read_input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": [], "usage": usage}}),
     );
     let mut index = 0;
     if !text.is_empty() {

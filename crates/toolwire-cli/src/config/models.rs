@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toolwire_core::Price;
 use toolwire_providers::{
     AnthropicProvider, Capabilities, HttpSettings, ModelEntry, ModelInfo, Models, OpenAiProvider,
+    OpenAiResponsesProvider,
     Provider, RetryPolicy, Script, ScriptedProvider, ToolFormat, anthropic, openai, scripted,
 };
 
@@ -202,12 +203,15 @@ impl Flags {
 impl ModelFile {
     fn spec(self, name: String, tool_format: ToolFormat) -> Result<ModelSpec> {
         let Some(kind) = self.provider else {
-            bail!("[models.{name}] has no provider: give openai, anthropic or scripted");
+            bail!(
+                "[models.{name}] has no provider: give openai, openai-responses, anthropic or scripted"
+            );
         };
         let Some(provider) = ProviderKind::ALL.into_iter().find(|p| p.as_str() == kind) else {
             bail!(
-                "[models.{name}] provider = \"{kind}\" is not a provider: give openai, anthropic \
-                 or scripted (an OpenAI-compatible server is openai with its base_url)"
+                "[models.{name}] provider = \"{kind}\" is not a provider: give openai, \
+                 openai-responses, anthropic or scripted (an OpenAI-compatible server is openai \
+                 with its base_url)"
             );
         };
         if provider != ProviderKind::Scripted && self.model.is_none() {
@@ -291,6 +295,14 @@ impl ModelSpec {
                 let settings = self.http(limits, openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
                 Arc::new(OpenAiProvider::new(settings, self.model_id()?, native))
             }
+            ProviderKind::OpenaiResponses => {
+                let settings = self.http(limits, openai::DEFAULT_BASE_URL, "OPENAI_API_KEY")?;
+                Arc::new(OpenAiResponsesProvider::new(
+                    settings,
+                    self.model_id()?,
+                    native,
+                ))
+            }
             ProviderKind::Anthropic => {
                 let settings =
                     self.http(limits, anthropic::DEFAULT_BASE_URL, "ANTHROPIC_API_KEY")?;
@@ -310,7 +322,9 @@ impl ModelSpec {
         match (&self.model, &self.name) {
             (Some(m), _) => Ok(m.clone()),
             (None, Some(name)) => bail!("[models.{name}] has no model"),
-            (None, None) => bail!("--model is required with --provider openai or anthropic"),
+            (None, None) => {
+                bail!("--model is required with --provider openai, openai-responses or anthropic")
+            }
         }
     }
 

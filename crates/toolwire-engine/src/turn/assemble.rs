@@ -328,6 +328,7 @@ impl StepState {
                     prompt_tokens: u.prompt_tokens,
                     completion_tokens: u.completion_tokens,
                     cached_tokens: u.cached_tokens,
+                    cache_write_tokens: u.cache_write_tokens,
                 });
             }
             _ => {}

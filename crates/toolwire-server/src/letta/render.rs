@@ -477,9 +477,40 @@ impl LiveRenderer {
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,
             "cached_input_tokens": usage.cached_tokens,
+            // Letta's field for Anthropic's cache writes.
+            "cache_write_tokens": usage.cache_write_tokens,
             "step_count": self.steps,
             "run_ids": [run_id(self.run)],
         }));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_statistics_carry_cache_reads_and_writes() {
+        let renderer = LiveRenderer::new(RunId::new(), false, HashSet::new());
+        let end = RunEnd {
+            reason: StopReason::EndTurn,
+            error: None,
+        };
+        let usage = Usage {
+            prompt_tokens: 5000,
+            completion_tokens: 40,
+            cached_tokens: 4000,
+            cache_write_tokens: 900,
+        };
+        let closing = renderer.closing(&end, usage);
+        let stats = closing
+            .iter()
+            .find(|m| m["message_type"] == "usage_statistics")
+            .unwrap();
+        assert_eq!(stats["prompt_tokens"], 5000);
+        assert_eq!(stats["total_tokens"], 5040);
+        assert_eq!(stats["cached_input_tokens"], 4000);
+        assert_eq!(stats["cache_write_tokens"], 900);
     }
 }

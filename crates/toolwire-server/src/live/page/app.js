@@ -620,7 +620,7 @@
     const meta = [];
     if (role === 'assistant' && n.model) meta.push(n.model);
     if (usage) {
-      meta.push(usage.prompt_tokens + ' in · ' + usage.completion_tokens + ' out' + (usage.cached_tokens ? ' · ' + usage.cached_tokens + ' cached' : ''));
+      meta.push(usage.prompt_tokens + ' in · ' + usage.completion_tokens + ' out' + (usage.cached_tokens ? ' · ' + usage.cached_tokens + ' cached' : '') + (usage.cache_write_tokens ? ' · ' + usage.cache_write_tokens + ' cache written' : ''));
     }
     if (typeof n.cost === 'number') meta.push(fmtCost(n.cost));
     if (n.notifications) meta.push(n.notifications + ' notification' + (n.notifications > 1 ? 's' : ''));
