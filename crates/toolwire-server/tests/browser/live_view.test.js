@@ -4,6 +4,8 @@
 //   cargo build -p toolwire-cli && cd crates/toolwire-server/tests/browser && npm ci && node --test
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import { test } from 'node:test';
 
 import { openPage, recordCardStatuses, screenshot, sendMessage, setup, waitTurnEnd } from './support.js';
@@ -389,6 +391,54 @@ test('regenerate makes a second answer; fork opens a new conversation with the h
   assert.equal(await page.locator('#conv-list .conv').count(), 2);
   assert.match(await page.locator('#conv-list .conv.active .conv-meta').innerText(), /fork/);
   await screenshot(page, 'forked');
+  passed();
+});
+
+/** Two scripted models, each answering with its own name. */
+function twoModels(home) {
+  const table = (name) => {
+    const script = path.join(home, `${name}.yaml`);
+    fs.writeFileSync(script, `steps: [{text: "${name} answers."}]\n`);
+    return `[models.${name}]\nprovider = "scripted"\nmodel = "${name}-1"\nscript = ${JSON.stringify(script)}\n`;
+  };
+  return `default_model = "alpha"\n${table('alpha')}${table('beta')}`;
+}
+
+test('the model picker chooses who answers; regenerate with… asks another model', async (t) => {
+  const { server, page, passed } = await setup(t, { config: twoModels });
+  const conv = await server.api('POST', '/v1/conversations', { title: 'models' });
+  await openPage(page, server, conv.id);
+  const picker = page.locator('#model-picker');
+  await picker.waitFor();
+  assert.deepEqual(await picker.locator('option').allInnerTexts(), ['alpha', 'beta']);
+  assert.equal(await picker.inputValue(), 'alpha');
+
+  await sendMessage(page, 'Who are you?');
+  const answers = page.locator('#messages > li[data-role="assistant"]');
+  await answers.last().locator('.text', { hasText: 'alpha answers.' }).waitFor();
+  await waitTurnEnd(page);
+  assert.match(await answers.last().locator('.meta').innerText(), /alpha/);
+
+  // Regenerate with beta: a second version, written by beta.
+  await answers.last().locator('select.regenerate-with').selectOption('beta');
+  await page.locator('#messages > li[data-role="assistant"] .sib-pos', { hasText: '2/2' }).waitFor();
+  await answers.last().locator('.text', { hasText: 'beta answers.' }).waitFor();
+  await waitTurnEnd(page);
+  assert.match(await answers.last().locator('.meta').innerText(), /beta/);
+  await screenshot(page, 'regenerated-with-beta');
+
+  // Chosen in the picker, beta answers what follows, and the choice is
+  // kept for the conversation.
+  await picker.selectOption('beta');
+  await page.waitForFunction(async (id) => {
+    const r = await fetch(`/v1/conversations/${id}/model`);
+    return (await r.json()).chosen === 'beta';
+  }, conv.id);
+  await sendMessage(page, 'And now?');
+  await answers.last().locator('.text', { hasText: 'beta answers.' }).waitFor();
+  await waitTurnEnd(page);
+  await reload(page);
+  assert.equal(await page.locator('#model-picker').inputValue(), 'beta');
   passed();
 });
 

@@ -56,9 +56,10 @@ function serverEnv(extra) {
  * Starts `toolwire serve` playing `script` (a file name in scripts/, or
  * the script's text; `null`: no script and no provider, i.e. the built-in
  * demo). `files`: workspace files to write first. `env`: extra variables
- * (e.g. TOOLWIRE_API_KEYS).
+ * (e.g. TOOLWIRE_API_KEYS). `config(home)`: the text of a config file
+ * (`--config`), given the server's directory.
  */
-export async function startServer({ script = null, files = {}, env = {} } = {}) {
+export async function startServer({ script = null, files = {}, env = {}, config = null } = {}) {
   if (!fs.existsSync(BIN)) throw new Error(`no toolwire binary at ${BIN}: cargo build -p toolwire-cli (or set TOOLWIRE_BIN)`);
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'toolwire-browser-'));
   const workspace = path.join(home, 'workspace');
@@ -74,6 +75,11 @@ export async function startServer({ script = null, files = {}, env = {} } = {}) 
     const file = path.join(SCRIPTS, script);
     fs.writeFileSync(scriptPath, fs.existsSync(file) ? fs.readFileSync(file) : script);
     args.push('--provider', 'scripted', '--script', scriptPath);
+  }
+  if (config) {
+    const configPath = path.join(home, 'toolwire.toml');
+    fs.writeFileSync(configPath, config(home));
+    args.push('--config', configPath);
   }
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort();
