@@ -12,8 +12,8 @@ use serde::Deserialize;
 use toolwire_core::Price;
 use toolwire_providers::{
     AnthropicProvider, Capabilities, HttpSettings, ModelEntry, ModelInfo, Models, OpenAiProvider,
-    OpenAiResponsesProvider,
-    Provider, RetryPolicy, Script, ScriptedProvider, ToolFormat, anthropic, openai, scripted,
+    OpenAiResponsesProvider, Provider, RetryPolicy, Script, ScriptedProvider, ToolFormat,
+    anthropic, openai, scripted,
 };
 
 use super::{ModelLimits, ProviderKind, ToolFormatArg};

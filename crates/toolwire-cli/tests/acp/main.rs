@@ -51,6 +51,7 @@ mod acp_schema;
 mod cancels;
 mod editor;
 mod mcp;
+mod models;
 mod notifications;
 mod parking;
 mod permissions;
