@@ -46,13 +46,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                 "the request body is not valid: text may not contain the NUL character (\\u0000)",
             ));
         }
-        serde_json::from_slice(text).map(Body).map_err(|e| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID_BODY",
-                format!("the request body is not valid: {e}"),
-            )
-        })
+        // The path names the field that was wrong (`model_settings: …`).
+        let mut json = serde_json::Deserializer::from_slice(text);
+        serde_path_to_error::deserialize(&mut json)
+            .map(Body)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let message = if path == "." {
+                    format!("the request body is not valid: {inner}")
+                } else {
+                    format!("the request body is not valid: {path}: {inner}")
+                };
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "INVALID_BODY", message)
+            })
     }
 }
 

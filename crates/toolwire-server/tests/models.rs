@@ -208,6 +208,20 @@ async fn an_unknown_handle_is_refused_naming_it() {
     assert!(error.to_string().contains("openai/gpt-5"), "{error}");
     let (_, kept) = s.call("GET", &format!("/v1/agents/{id}"), None).await;
     assert_eq!(kept["llm_config"]["model"], "claude-sonnet-4-5");
+
+    // model_settings is an object (schemathesis sent an array once).
+    for body in [
+        json!({"model_settings": [null, null]}),
+        json!({"model_settings": "x"}),
+    ] {
+        let (status, error) = create_agent(&s, body.clone()).await;
+        assert_eq!(status, 422, "{body}: {error}");
+        assert!(error.to_string().contains("model_settings"), "{error}");
+        let (status, error) = s
+            .call("PATCH", &format!("/v1/agents/{id}"), Some(body.clone()))
+            .await;
+        assert_eq!(status, 422, "{body}: {error}");
+    }
 }
 
 #[tokio::test]

@@ -33,8 +33,8 @@ pub struct AgentFields {
     /// id.
     model: Option<String>,
     /// Letta's model settings (`provider_type`, `max_output_tokens` …):
-    /// kept and served back.
-    model_settings: Option<Value>,
+    /// kept and served back. An object, as Letta's schema has it.
+    model_settings: Option<serde_json::Map<String, Value>>,
     /// Letta's deprecated form: its `handle`, else its `model`, names the
     /// model when `model` does not.
     llm_config: Option<Value>,
@@ -195,7 +195,7 @@ pub async fn create(
         name,
         description: fields.description,
         model,
-        model_settings: fields.model_settings,
+        model_settings: fields.model_settings.map(Value::Object),
         tool_ids,
         tool_rules: fields.tool_rules.unwrap_or_default(),
         tags: fields.tags.unwrap_or_default(),
@@ -276,7 +276,7 @@ pub async fn update(
         agent.model = Some(m);
     }
     if let Some(m) = fields.model_settings {
-        agent.model_settings = Some(m);
+        agent.model_settings = Some(Value::Object(m));
     }
     if let Some(r) = fields.tool_rules {
         agent.tool_rules = r;
