@@ -192,6 +192,9 @@ struct FileConfig {
     max_connections: Option<usize>,
     /// Seconds a request's head may take to arrive (default 10).
     header_timeout_secs: Option<u64>,
+    /// Seconds a request's body may take to arrive after its head
+    /// (default 30); a slower one is answered 408.
+    body_timeout_secs: Option<u64>,
     /// Seconds a kept-alive connection may wait for its next request
     /// (default 30).
     idle_timeout_secs: Option<u64>,
@@ -415,6 +418,7 @@ pub struct HttpServerConfig {
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
     pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
     pub idle_timeout: std::time::Duration,
 }
 
@@ -430,6 +434,11 @@ impl HttpServerConfig {
                 "header_timeout_secs",
                 file.header_timeout_secs,
                 D::DEFAULT_HEADER_TIMEOUT,
+            )?,
+            body_timeout: seconds(
+                "body_timeout_secs",
+                file.body_timeout_secs,
+                D::DEFAULT_BODY_TIMEOUT,
             )?,
             idle_timeout: seconds(
                 "idle_timeout_secs",
@@ -991,7 +1000,8 @@ mod tests {
         let settings = resolve(
             "allowed_hosts = [\"toolwire.example.com\"]\n\
              allowed_origins = [\"https://ui.example.com\"]\n\
-             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n",
+             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n\
+             body_timeout_secs = 9\n",
         )
         .unwrap();
         let http = &settings.http;
@@ -1000,10 +1010,12 @@ mod tests {
         assert_eq!(http.max_connections, 64);
         assert_eq!(http.header_timeout, std::time::Duration::from_secs(5));
         assert_eq!(http.idle_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(http.body_timeout, std::time::Duration::from_secs(9));
         let defaults = resolve("").unwrap().http;
         assert_eq!(defaults.max_connections, 512);
         assert_eq!(defaults.header_timeout, std::time::Duration::from_secs(10));
         assert_eq!(defaults.idle_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(defaults.body_timeout, std::time::Duration::from_secs(30));
         for (toml, says) in [
             (
                 "max_connections = 0\n",
@@ -1016,6 +1028,10 @@ mod tests {
             (
                 "idle_timeout_secs = 0\n",
                 "idle_timeout_secs must be at least 1",
+            ),
+            (
+                "body_timeout_secs = 0\n",
+                "body_timeout_secs must be at least 1",
             ),
         ] {
             let Err(error) = resolve(toml) else {
