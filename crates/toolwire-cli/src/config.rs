@@ -19,7 +19,7 @@ use toolwire_providers::{
 };
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin::{self, Workspace};
-use toolwire_tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
+use toolwire_tools::confined::{Limits, Mode, Policy, Sandbox};
 use toolwire_tools::mcp::{self, McpServerConfig};
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
@@ -738,18 +738,21 @@ impl Settings {
             .with_context(|| format!("workspace {}", self.workspace.display()))
     }
 
-    /// The sandbox commands run in: this very binary's hidden helper
-    /// subcommand, probed once; what it found is logged (a warning when
-    /// the kernel confines less than the mode means).
+    /// The sandbox commands run in: the small `toolwire-sandbox` helper
+    /// beside this binary when it is there and of this version, else this
+    /// very binary's hidden helper subcommand; probed once. What it found
+    /// is logged (a warning when the kernel confines less than the mode
+    /// means, or when a helper beside it was passed over).
     pub fn sandbox(&self) -> Result<Arc<Sandbox>> {
         let exe = std::env::current_exe().context("finding the toolwire binary")?;
-        let sandbox = Sandbox::new(
-            Helper {
-                exe,
-                args: vec![SANDBOX_SUBCOMMAND.into()],
-            },
-            self.sandbox_policy.clone(),
-        );
+        let (sandbox, passed_over) =
+            Sandbox::for_toolwire(&exe, SANDBOX_SUBCOMMAND, self.sandbox_policy.clone());
+        if let Some(why) = passed_over {
+            tracing::warn!(
+                "sandbox: not using the helper beside toolwire ({why}); commands start through \
+                 `toolwire {SANDBOX_SUBCOMMAND}`, which is slower"
+            );
+        }
         let line = sandbox.describe();
         if sandbox
             .support()

@@ -25,3 +25,7 @@ pub use policy::{Invocation, Limits, Mode, Policy};
 pub use sandbox::{Helper, Prepared, Sandbox, SandboxError, canonical};
 pub use support::Support;
 pub use tempfile::TempDir;
+
+/// This crate's version, which the helper reports when probed: toolwire
+/// uses a helper executable only when it is of its own version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
