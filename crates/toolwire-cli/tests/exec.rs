@@ -439,3 +439,70 @@ fn exec_runs_commands_in_the_sandbox() {
     assert!(!events.contains("sk-e2e-openai"));
     assert_eq!(running_with(&marker), Vec::<u32>::new());
 }
+
+/// toolwire's process is non-dumpable: a command that walks up its
+/// ancestors through `/proc` is refused toolwire's `environ` (the provider
+/// keys) even under `full`, where it sees the machine's `/proc` as it would
+/// without a PID namespace (toolwire run by an ordinary user); the
+/// helper's own environment, between the two, reads fine.
+#[test]
+fn a_command_cannot_read_toolwire_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    // The key, and the words the command prints, are computed in the shell
+    // ($((…))): the command's text, which the events carry, matches none.
+    let command = "p=$(awk '{print $4}' /proc/self/stat); \
+         while [ \"${p:-0}\" -gt 1 ]; do \
+           if tr '\\0' '\\n' < /proc/$p/environ > \"$TMPDIR/env\" 2>/dev/null; then \
+             echo \"pid $p: read-$((1+1))\"; \
+             grep -q \"sk-e2e-$((4000+242))\" \"$TMPDIR/env\" && echo KEY-$((1+1)); \
+           else echo \"pid $p: denied-$((1+1))\"; fi; \
+           p=$(awk '{print $4}' /proc/$p/stat); \
+         done";
+    let yaml = format!(
+        "steps:\n  - text: \"Running.\"\n    tool_calls: [{{name: run_command, arguments: {{command: {}}}}}]\n  - text: \"Done.\"\n",
+        serde_json::to_string(command).unwrap()
+    );
+    let script = script(dir.path(), &yaml);
+    let run = |mode: &str| {
+        let child = toolwire(dir.path())
+            .env("OPENAI_API_KEY", "sk-e2e-4242")
+            .args([
+                "exec",
+                "--json",
+                "--sandbox",
+                mode,
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (pid, String::from_utf8(out.stdout).unwrap())
+    };
+
+    for mode in ["workspace-write", "full"] {
+        let (_, events) = run(mode);
+        assert!(events.contains("read-2"), "{mode}: nothing read: {events}");
+        assert!(
+            !events.contains("KEY-2") && !events.contains("sk-e2e-4242"),
+            "{mode}: the key was read: {events}"
+        );
+    }
+    // Under `full` the walk reaches toolwire itself, and is refused there.
+    let (pid, events) = run("full");
+    assert!(
+        events.contains(&format!("pid {pid}: denied-2")),
+        "toolwire's environ (pid {pid}) was not refused: {events}"
+    );
+}
