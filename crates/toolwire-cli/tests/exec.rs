@@ -442,12 +442,16 @@ fn exec_runs_commands_in_the_sandbox() {
 
 /// toolwire's process is non-dumpable: a command that walks up its
 /// ancestors through `/proc` is refused toolwire's `environ` (the provider
-/// keys) even under `full`, where it sees the machine's `/proc` as it would
-/// without a PID namespace (toolwire run by an ordinary user); the
-/// helper's own environment, between the two, reads fine.
+/// keys), while the helper's, between the two, reads fine. toolwire runs
+/// as an ordinary user (through `setpriv` when the test runs as root): no
+/// PID namespace for the helper, so the command sees the machine's `/proc`
+/// — the case where nothing else keeps it out.
 #[test]
 fn a_command_cannot_read_toolwire_environment() {
+    use std::os::unix::fs::MetadataExt;
+    const NOBODY: u32 = 65534;
     let dir = tempfile::tempdir().unwrap();
+    let as_root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
     // The key, and the words the command prints, are computed in the shell
     // ($((…))): the command's text, which the events carry, matches none.
     let command = "p=$(awk '{print $4}' /proc/self/stat); \
@@ -463,8 +467,32 @@ fn a_command_cannot_read_toolwire_environment() {
         serde_json::to_string(command).unwrap()
     );
     let script = script(dir.path(), &yaml);
+    if as_root {
+        for path in [dir.path(), Path::new(&script)] {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
     let run = |mode: &str| {
-        let child = toolwire(dir.path())
+        let toolwire_bin = env!("CARGO_BIN_EXE_toolwire");
+        let mut cmd = if as_root {
+            // setpriv executes toolwire in its own process: the same PID.
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(toolwire_bin);
+            cmd
+        } else {
+            Command::new(toolwire_bin)
+        };
+        // The environment and directory `toolwire()` sets.
+        let base = toolwire(dir.path());
+        for (key, value) in base.get_envs() {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        cmd.current_dir(dir.path());
+        let child = cmd
             .env("OPENAI_API_KEY", "sk-e2e-4242")
             .args([
                 "exec",
@@ -480,7 +508,7 @@ fn a_command_cannot_read_toolwire_environment() {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
+            .expect("setpriv (util-linux) runs toolwire as nobody when the test runs as root");
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -492,17 +520,17 @@ fn a_command_cannot_read_toolwire_environment() {
     };
 
     for mode in ["workspace-write", "full"] {
-        let (_, events) = run(mode);
+        let (pid, events) = run(mode);
+        // Reading works (the command's own shell, the helper)…
         assert!(events.contains("read-2"), "{mode}: nothing read: {events}");
+        // …but not toolwire's environment.
+        assert!(
+            events.contains(&format!("pid {pid}: denied-2")),
+            "{mode}: toolwire's environ (pid {pid}) was not refused: {events}"
+        );
         assert!(
             !events.contains("KEY-2") && !events.contains("sk-e2e-4242"),
             "{mode}: the key was read: {events}"
         );
     }
-    // Under `full` the walk reaches toolwire itself, and is refused there.
-    let (pid, events) = run("full");
-    assert!(
-        events.contains(&format!("pid {pid}: denied-2")),
-        "toolwire's environ (pid {pid}) was not refused: {events}"
-    );
 }
