@@ -753,7 +753,12 @@ impl Settings {
                  `toolwire {SANDBOX_SUBCOMMAND}`, which is slower"
             );
         }
-        let line = sandbox.describe();
+        let mut line = sandbox.describe();
+        if let Some(helper) = sandbox.helper() {
+            let mut words = vec![helper.exe.display().to_string()];
+            words.extend(helper.args.iter().map(|a| a.to_string_lossy().into_owned()));
+            line.push_str(&format!(" (helper: {})", words.join(" ")));
+        }
         if sandbox
             .support()
             .shortfall(self.sandbox_policy.mode, self.sandbox_policy.network)

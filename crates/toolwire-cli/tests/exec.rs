@@ -534,3 +534,72 @@ fn a_command_cannot_read_toolwire_environment() {
         );
     }
 }
+
+/// Commands start through the small `toolwire-sandbox` beside the binary
+/// (cargo builds it there); a `toolwire` without it runs them through its
+/// own hidden subcommand, confined the same.
+#[test]
+fn without_its_helper_beside_it_toolwire_runs_commands_through_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("toolwire");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolwire"), &copy).unwrap();
+    let yaml = "steps:\n  - text: \"Running.\"\n    tool_calls: [{name: run_command, arguments: {command: \"echo ran-$((40+2)); cat toolwire.db || echo DB-$((2+2))\"}}]\n  - text: \"Done.\"\n";
+    let script = script(dir.path(), yaml);
+    std::fs::write(dir.path().join("toolwire.db"), "").unwrap();
+    let run = |bin: &Path| {
+        let mut cmd = Command::new(bin);
+        for (key, value) in toolwire(dir.path()).get_envs() {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        let out = cmd
+            .current_dir(dir.path())
+            .env("RUST_LOG", "info")
+            .args([
+                "exec",
+                "--json",
+                "--db",
+                "sqlite://toolwire.db",
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+
+    let (events, log) = run(Path::new(env!("CARGO_BIN_EXE_toolwire")));
+    let beside = Path::new(env!("CARGO_BIN_EXE_toolwire")).with_file_name("toolwire-sandbox");
+    assert!(
+        log.contains(&format!("(helper: {})", beside.display())),
+        "{log}"
+    );
+    assert!(
+        events.contains("ran-42") && events.contains("DB-4"),
+        "{events}"
+    );
+
+    let (events, log) = run(&copy);
+    assert!(
+        log.contains(&format!("(helper: {} __sandbox)", copy.display())),
+        "{log}"
+    );
+    assert!(
+        events.contains("ran-42") && events.contains("DB-4"),
+        "{events}"
+    );
+}
