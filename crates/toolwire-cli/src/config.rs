@@ -16,7 +16,7 @@ use toolwire_engine::{Engine, EngineConfig, InterjectionMode};
 use toolwire_providers::{DEFAULT_MAX_TOKENS, RetryPolicy, StreamLimits, ToolFormat};
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin::{self, Workspace};
-use toolwire_tools::confined::{Helper, Limits, Mode, Policy, Sandbox};
+use toolwire_tools::confined::{Limits, Mode, Policy, Sandbox};
 use toolwire_tools::mcp::{self, McpServerConfig};
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
@@ -225,6 +225,9 @@ struct FileConfig {
     max_connections: Option<usize>,
     /// Seconds a request's head may take to arrive (default 10).
     header_timeout_secs: Option<u64>,
+    /// Seconds a request's body may take to arrive after its head
+    /// (default 30); a slower one is answered 408.
+    body_timeout_secs: Option<u64>,
     /// Seconds a kept-alive connection may wait for its next request
     /// (default 30).
     idle_timeout_secs: Option<u64>,
@@ -448,6 +451,7 @@ pub struct HttpServerConfig {
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
     pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
     pub idle_timeout: std::time::Duration,
 }
 
@@ -463,6 +467,11 @@ impl HttpServerConfig {
                 "header_timeout_secs",
                 file.header_timeout_secs,
                 D::DEFAULT_HEADER_TIMEOUT,
+            )?,
+            body_timeout: seconds(
+                "body_timeout_secs",
+                file.body_timeout_secs,
+                D::DEFAULT_BODY_TIMEOUT,
             )?,
             idle_timeout: seconds(
                 "idle_timeout_secs",
@@ -714,19 +723,27 @@ impl Settings {
             .with_context(|| format!("workspace {}", self.workspace.display()))
     }
 
-    /// The sandbox commands run in: this very binary's hidden helper
-    /// subcommand, probed once; what it found is logged (a warning when
-    /// the kernel confines less than the mode means).
+    /// The sandbox commands run in: the small `toolwire-sandbox` helper
+    /// beside this binary when it is there and of this version, else this
+    /// very binary's hidden helper subcommand; probed once. What it found
+    /// is logged (a warning when the kernel confines less than the mode
+    /// means, or when a helper beside it was passed over).
     pub fn sandbox(&self) -> Result<Arc<Sandbox>> {
         let exe = std::env::current_exe().context("finding the toolwire binary")?;
-        let sandbox = Sandbox::new(
-            Helper {
-                exe,
-                args: vec![SANDBOX_SUBCOMMAND.into()],
-            },
-            self.sandbox_policy.clone(),
-        );
-        let line = sandbox.describe();
+        let (sandbox, passed_over) =
+            Sandbox::for_toolwire(&exe, SANDBOX_SUBCOMMAND, self.sandbox_policy.clone());
+        if let Some(why) = passed_over {
+            tracing::warn!(
+                "sandbox: not using the helper beside toolwire ({why}); commands start through \
+                 `toolwire {SANDBOX_SUBCOMMAND}`, which is slower"
+            );
+        }
+        let mut line = sandbox.describe();
+        if let Some(helper) = sandbox.helper() {
+            let mut words = vec![helper.exe.display().to_string()];
+            words.extend(helper.args.iter().map(|a| a.to_string_lossy().into_owned()));
+            line.push_str(&format!(" (helper: {})", words.join(" ")));
+        }
         if sandbox
             .support()
             .shortfall(self.sandbox_policy.mode, self.sandbox_policy.network)
@@ -979,7 +996,8 @@ mod tests {
         let settings = resolve(
             "allowed_hosts = [\"toolwire.example.com\"]\n\
              allowed_origins = [\"https://ui.example.com\"]\n\
-             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n",
+             max_connections = 64\nheader_timeout_secs = 5\nidle_timeout_secs = 7\n\
+             body_timeout_secs = 9\n",
         )
         .unwrap();
         let http = &settings.http;
@@ -988,10 +1006,12 @@ mod tests {
         assert_eq!(http.max_connections, 64);
         assert_eq!(http.header_timeout, std::time::Duration::from_secs(5));
         assert_eq!(http.idle_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(http.body_timeout, std::time::Duration::from_secs(9));
         let defaults = resolve("").unwrap().http;
         assert_eq!(defaults.max_connections, 512);
         assert_eq!(defaults.header_timeout, std::time::Duration::from_secs(10));
         assert_eq!(defaults.idle_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(defaults.body_timeout, std::time::Duration::from_secs(30));
         for (toml, says) in [
             (
                 "max_connections = 0\n",
@@ -1004,6 +1024,10 @@ mod tests {
             (
                 "idle_timeout_secs = 0\n",
                 "idle_timeout_secs must be at least 1",
+            ),
+            (
+                "body_timeout_secs = 0\n",
+                "body_timeout_secs must be at least 1",
             ),
         ] {
             let Err(error) = resolve(toml) else {

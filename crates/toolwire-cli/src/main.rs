@@ -78,6 +78,17 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if !matches!(cli.command, Command::Stream(_)) {
+        // These run tools: their commands must not read this process's
+        // /proc/PID/environ (the provider keys) where the sandbox has no
+        // PID namespace of its own. Before any thread starts.
+        if let Err(e) = toolwire_sandbox::protect_process() {
+            tracing::warn!(
+                "could not make toolwire's process non-dumpable (PR_SET_DUMPABLE): {e}; without \
+                 a PID namespace, commands may read its environment"
+            );
+        }
+    }
     let result = match cli.command {
         Command::Serve(args) => runtime().and_then(|rt| rt.block_on(serve::run(&args))),
         Command::Exec(args) => runtime().and_then(|rt| rt.block_on(exec::run(&args))),

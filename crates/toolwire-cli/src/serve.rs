@@ -22,6 +22,7 @@ Browser safety and connection limits (config file keys):
       Origin header, such as the SDKs and curl, are not affected)
   max_connections = 512     connections at once; more wait to be accepted
   header_timeout_secs = 10  time for a request's head to arrive
+  body_timeout_secs = 30    time for a request's body to arrive after its head (else 408)
   idle_timeout_secs = 30    time a kept-alive connection waits for a request
 JSON bodies must be sent as Content-Type: application/json (else 415).")]
 pub struct ServeArgs {
@@ -59,6 +60,7 @@ pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
         allowed_origins: settings.http.allowed_origins.clone(),
         max_connections: settings.http.max_connections,
         header_timeout: settings.http.header_timeout,
+        body_timeout: settings.http.body_timeout,
         idle_timeout: settings.http.idle_timeout,
         shutdown_grace,
         ..defaults

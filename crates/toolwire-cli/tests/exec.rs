@@ -556,3 +556,167 @@ async fn a_config_file_names_the_responses_provider() {
     assert_eq!(received[0].path, "/responses");
     assert_eq!(received[0].body["input"][0]["content"][0]["text"], "hello");
 }
+
+/// toolwire's process is non-dumpable: a command that walks up its
+/// ancestors through `/proc` is refused toolwire's `environ` (the provider
+/// keys), while the helper's, between the two, reads fine. toolwire runs
+/// as an ordinary user (through `setpriv` when the test runs as root): no
+/// PID namespace for the helper, so the command sees the machine's `/proc`
+/// — the case where nothing else keeps it out.
+#[test]
+fn a_command_cannot_read_toolwire_environment() {
+    use std::os::unix::fs::MetadataExt;
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    let as_root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    // The key, and the words the command prints, are computed in the shell
+    // ($((…))): the command's text, which the events carry, matches none.
+    let command = "p=$(awk '{print $4}' /proc/self/stat); \
+         while [ \"${p:-0}\" -gt 1 ]; do \
+           if tr '\\0' '\\n' < /proc/$p/environ > \"$TMPDIR/env\" 2>/dev/null; then \
+             echo \"pid $p: read-$((1+1))\"; \
+             grep -q \"sk-e2e-$((4000+242))\" \"$TMPDIR/env\" && echo KEY-$((1+1)); \
+           else echo \"pid $p: denied-$((1+1))\"; fi; \
+           p=$(awk '{print $4}' /proc/$p/stat); \
+         done";
+    let yaml = format!(
+        "steps:\n  - text: \"Running.\"\n    tool_calls: [{{name: run_command, arguments: {{command: {}}}}}]\n  - text: \"Done.\"\n",
+        serde_json::to_string(command).unwrap()
+    );
+    let script = script(dir.path(), &yaml);
+    if as_root {
+        for path in [dir.path(), Path::new(&script)] {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+    let run = |mode: &str| {
+        let toolwire_bin = env!("CARGO_BIN_EXE_toolwire");
+        let mut cmd = if as_root {
+            // setpriv executes toolwire in its own process: the same PID.
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(toolwire_bin);
+            cmd
+        } else {
+            Command::new(toolwire_bin)
+        };
+        // The environment and directory `toolwire()` sets.
+        let base = toolwire(dir.path());
+        for (key, value) in base.get_envs() {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        cmd.current_dir(dir.path());
+        let child = cmd
+            .env("OPENAI_API_KEY", "sk-e2e-4242")
+            .args([
+                "exec",
+                "--json",
+                "--sandbox",
+                mode,
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("setpriv (util-linux) runs toolwire as nobody when the test runs as root");
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (pid, String::from_utf8(out.stdout).unwrap())
+    };
+
+    for mode in ["workspace-write", "full"] {
+        let (pid, events) = run(mode);
+        // Reading works (the command's own shell, the helper)…
+        assert!(events.contains("read-2"), "{mode}: nothing read: {events}");
+        // …but not toolwire's environment.
+        assert!(
+            events.contains(&format!("pid {pid}: denied-2")),
+            "{mode}: toolwire's environ (pid {pid}) was not refused: {events}"
+        );
+        assert!(
+            !events.contains("KEY-2") && !events.contains("sk-e2e-4242"),
+            "{mode}: the key was read: {events}"
+        );
+    }
+}
+
+/// Commands start through the small `toolwire-sandbox` beside the binary
+/// (cargo builds it there); a `toolwire` without it runs them through its
+/// own hidden subcommand, confined the same.
+#[test]
+fn without_its_helper_beside_it_toolwire_runs_commands_through_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("toolwire");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolwire"), &copy).unwrap();
+    let yaml = "steps:\n  - text: \"Running.\"\n    tool_calls: [{name: run_command, arguments: {command: \"echo ran-$((40+2)); cat toolwire.db || echo DB-$((2+2))\"}}]\n  - text: \"Done.\"\n";
+    let script = script(dir.path(), yaml);
+    std::fs::write(dir.path().join("toolwire.db"), "").unwrap();
+    let run = |bin: &Path| {
+        let mut cmd = Command::new(bin);
+        for (key, value) in toolwire(dir.path()).get_envs() {
+            match value {
+                Some(value) => cmd.env(key, value),
+                None => cmd.env_remove(key),
+            };
+        }
+        let out = cmd
+            .current_dir(dir.path())
+            .env("RUST_LOG", "info")
+            .args([
+                "exec",
+                "--json",
+                "--db",
+                "sqlite://toolwire.db",
+                "--provider",
+                "scripted",
+                "--script",
+                &script,
+                "go",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+
+    let (events, log) = run(Path::new(env!("CARGO_BIN_EXE_toolwire")));
+    let beside = Path::new(env!("CARGO_BIN_EXE_toolwire")).with_file_name("toolwire-sandbox");
+    assert!(
+        log.contains(&format!("(helper: {})", beside.display())),
+        "{log}"
+    );
+    assert!(
+        events.contains("ran-42") && events.contains("DB-4"),
+        "{events}"
+    );
+
+    let (events, log) = run(&copy);
+    assert!(
+        log.contains(&format!("(helper: {} __sandbox)", copy.display())),
+        "{log}"
+    );
+    assert!(
+        events.contains("ran-42") && events.contains("DB-4"),
+        "{events}"
+    );
+}

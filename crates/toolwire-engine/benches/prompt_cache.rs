@@ -75,7 +75,7 @@ async fn run(caching: bool, parallel: usize) -> Run {
     }
     let workspace = Arc::new(Workspace::new(&root).unwrap());
     let sandbox = Arc::new(toolwire_test_support::sandbox::protecting(
-        env!("CARGO_BIN_EXE_toolwire-sandbox"),
+        env!("CARGO_BIN_EXE_toolwire-engine-sandbox"),
         Mode::WorkspaceWrite,
         false,
         &[],

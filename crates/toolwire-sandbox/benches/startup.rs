@@ -1,18 +1,27 @@
 //! Sandbox start-up cost per command: `sh -c true` started directly and
-//! through the helper (`workspace-write`, network off, a protected
+//! through each helper (`workspace-write`, network off, a protected
 //! database inside the workspace so that the carve-out is paid too),
 //! alternating, in one run. This binary is its own helper.
 //!
 //! `cargo bench -p toolwire-sandbox --bench startup [-- ROUNDS]`
 //!
-//! With `TOOLWIRE_BIN` set to a `toolwire` binary, that binary's hidden
-//! `__sandbox` subcommand is the helper instead: the cost as toolwire
-//! pays it, loading its own (larger) executable twice per command.
+//! With `TOOLWIRE_BIN` set to a `toolwire` binary, the helpers measured
+//! are toolwire's: its hidden `__sandbox` subcommand (loading all of
+//! `toolwire`, twice per command where the helper makes a PID namespace)
+//! and, when it sits beside that binary, the small `toolwire-sandbox`
+//! executable toolwire prefers.
+//!
+//! Besides the wall-clock time (which moves with the machine's load: each
+//! process start waits for a CPU), it gives the CPU time the command's
+//! processes used (user + system, from `RUSAGE_CHILDREN`), which the load
+//! moves much less.
 
 use std::ffi::OsString;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{UsageWho, getrusage};
 use toolwire_sandbox::{Helper, Policy, Sandbox};
 
 const HELPER_ARG: &str = "__helper";
@@ -43,29 +52,51 @@ fn main() {
         let _ = std::fs::write(root.join(name), "x");
     }
     let _ = std::fs::create_dir(root.join("src"));
-    let helper = match std::env::var_os("TOOLWIRE_BIN") {
-        Some(toolwire) => Helper {
-            exe: toolwire.into(),
-            args: vec!["__sandbox".into()],
-        },
-        None => Helper {
-            exe,
-            args: vec![HELPER_ARG.into()],
-        },
+    let policy = Policy {
+        protected: vec![db],
+        ..Policy::default()
     };
-    println!("helper: {}", helper.exe.display());
-    let sandbox = Sandbox::new(
-        helper,
-        Policy {
-            protected: vec![db],
-            ..Policy::default()
-        },
-    );
-    println!("kernel: {}", sandbox.support().describe());
+    let helpers: Vec<(String, Helper)> = match std::env::var_os("TOOLWIRE_BIN") {
+        Some(toolwire) => {
+            let toolwire = Path::new(&toolwire);
+            let mut helpers = vec![(
+                "toolwire __sandbox".to_owned(),
+                Helper {
+                    exe: toolwire.to_path_buf(),
+                    args: vec!["__sandbox".into()],
+                },
+            )];
+            let beside = Helper::beside(toolwire);
+            if beside.exe.is_file() {
+                helpers.push((Helper::EXECUTABLE.to_owned(), beside));
+            }
+            helpers
+        }
+        None => vec![(
+            "the bench binary".to_owned(),
+            Helper {
+                exe,
+                args: vec![HELPER_ARG.into()],
+            },
+        )],
+    };
+    let sandboxes: Vec<(String, Sandbox)> = helpers
+        .into_iter()
+        .map(|(label, helper)| {
+            println!("helper {label}: {}", helper.exe.display());
+            (label, Sandbox::new(helper, policy.clone()))
+        })
+        .collect();
+    for (label, sandbox) in &sandboxes {
+        println!("kernel ({label}): {}", sandbox.support().describe());
+    }
     let argv: Vec<OsString> = ["sh", "-c", "true"].map(OsString::from).to_vec();
     let mut direct = Vec::with_capacity(rounds);
-    let mut confined = Vec::with_capacity(rounds);
+    let mut direct_cpu = Duration::ZERO;
+    let mut confined: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); sandboxes.len()];
+    let mut confined_cpu = vec![Duration::ZERO; sandboxes.len()];
     for round in 0..rounds + 10 {
+        let cpu = children_cpu();
         let started = Instant::now();
         let ok = Command::new("sh")
             .args(["-c", "true"])
@@ -74,39 +105,72 @@ fn main() {
             .status()
             .is_ok_and(|s| s.success());
         let d = started.elapsed();
-        let started = Instant::now();
-        let ok2 = match sandbox.prepare(&root, &argv, None) {
-            Ok(mut prepared) => prepared
-                .command
-                .current_dir(&root)
-                .stdin(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success()),
-            Err(e) => {
-                eprintln!("{e}");
-                return;
-            }
-        };
-        let c = started.elapsed();
-        if !(ok && ok2) {
-            eprintln!("a command failed");
+        if !ok {
+            eprintln!("sh -c true failed");
             return;
         }
         // The first rounds warm caches.
         if round >= 10 {
             direct.push(d);
-            confined.push(c);
+            direct_cpu += children_cpu().saturating_sub(cpu);
+        }
+        for (((label, sandbox), samples), total_cpu) in
+            sandboxes.iter().zip(&mut confined).zip(&mut confined_cpu)
+        {
+            let cpu = children_cpu();
+            let started = Instant::now();
+            let ok = match sandbox.prepare(&root, &argv, None) {
+                Ok(mut prepared) => prepared
+                    .command
+                    .current_dir(&root)
+                    .stdin(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+                Err(e) => {
+                    eprintln!("{label}: {e}");
+                    return;
+                }
+            };
+            let c = started.elapsed();
+            if !ok {
+                eprintln!("sh -c true failed through {label}");
+                return;
+            }
+            if round >= 10 {
+                samples.push(c);
+                *total_cpu += children_cpu().saturating_sub(cpu);
+            }
         }
     }
     let (d_med, d_p90) = stats(&mut direct);
-    let (c_med, c_p90) = stats(&mut confined);
+    let per_round = |total: Duration| total / rounds.max(1) as u32;
+    let d_cpu = per_round(direct_cpu);
     println!("rounds: {rounds}, alternating");
-    println!("sh -c true directly:      median {d_med:>8.2?}, p90 {d_p90:>8.2?}");
-    println!("sh -c true in the sandbox: median {c_med:>8.2?}, p90 {c_p90:>8.2?}");
     println!(
-        "start-up cost of the sandbox per command: median {:.2?}",
-        c_med.saturating_sub(d_med)
+        "sh -c true directly: median {d_med:.2?}, p90 {d_p90:.2?}; CPU {d_cpu:.2?} per command"
     );
+    for (((label, _), samples), total_cpu) in sandboxes.iter().zip(&mut confined).zip(confined_cpu)
+    {
+        let (c_med, c_p90) = stats(samples);
+        let c_cpu = per_round(total_cpu);
+        println!(
+            "sh -c true through {label}: median {c_med:.2?}, p90 {c_p90:.2?}; CPU {c_cpu:.2?} \
+             per command\n  start-up cost of the sandbox per command: median {:.2?}, CPU {:.2?}",
+            c_med.saturating_sub(d_med),
+            c_cpu.saturating_sub(d_cpu)
+        );
+    }
+}
+
+/// User + system CPU time of this process's waited-for children so far.
+fn children_cpu() -> Duration {
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
+        return Duration::ZERO;
+    };
+    let time = |t: nix::sys::time::TimeVal| {
+        Duration::new(t.tv_sec().max(0) as u64, (t.tv_usec().max(0) as u32) * 1000)
+    };
+    time(usage.user_time()) + time(usage.system_time())
 }
 
 fn stats(samples: &mut [Duration]) -> (Duration, Duration) {

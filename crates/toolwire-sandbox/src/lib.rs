@@ -5,7 +5,8 @@
 //! `full`), the parent side ([`Sandbox`]: the helper's command line, an
 //! environment built from an allow-list, a private temp dir per call, the
 //! kernel probe) and the helper ([`helper::main`]), which confines itself
-//! and then starts the command as its child.
+//! and then starts the command as its child; and keeping toolwire's own
+//! process out of its commands' reach ([`protect_process`]).
 //!
 //! Invariant: a command is only ever started through the helper, with an
 //! environment built from the allow-list; a [`Sandbox`] without a helper
@@ -14,6 +15,7 @@
 
 mod env;
 mod policy;
+mod protect;
 mod sandbox;
 mod support;
 
@@ -22,6 +24,11 @@ pub mod helper;
 
 pub use env::{build as build_env, forbidden as forbidden_env, toolchains};
 pub use policy::{Invocation, Limits, Mode, Policy};
+pub use protect::protect_process;
 pub use sandbox::{Helper, Prepared, Sandbox, SandboxError, canonical};
 pub use support::Support;
 pub use tempfile::TempDir;
+
+/// This crate's version, which the helper reports when probed: toolwire
+/// uses a helper executable only when it is of its own version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

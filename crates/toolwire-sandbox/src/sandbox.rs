@@ -34,6 +34,20 @@ pub struct Helper {
     pub args: Vec<OsString>,
 }
 
+impl Helper {
+    /// The helper executable shipped beside `toolwire`.
+    pub const EXECUTABLE: &'static str = "toolwire-sandbox";
+
+    /// [`Helper::EXECUTABLE`] in the directory of `exe`.
+    pub fn beside(exe: &Path) -> Helper {
+        let name = format!("{}{}", Helper::EXECUTABLE, std::env::consts::EXE_SUFFIX);
+        Helper {
+            exe: exe.with_file_name(name),
+            args: Vec::new(),
+        }
+    }
+}
+
 /// The policy, the helper and what the kernel offers it. Cheap to share
 /// behind an `Arc`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +82,46 @@ impl Sandbox {
             support,
             parent_env: std::env::vars_os().collect(),
         }
+    }
+
+    /// The sandbox of the `toolwire` binary `toolwire`: through the small
+    /// helper executable beside it ([`Helper::beside`]) when that answers
+    /// the probe and is of this version — a command then pays for loading
+    /// the helper, not all of toolwire — else through `toolwire
+    /// subcommand`. The second value says why a helper beside it was
+    /// passed over.
+    pub fn for_toolwire(
+        toolwire: &Path,
+        subcommand: &str,
+        policy: Policy,
+    ) -> (Sandbox, Option<String>) {
+        let dedicated = Helper::beside(toolwire);
+        let path = dedicated.exe.clone();
+        let mut passed_over = None;
+        if path.is_file() {
+            let sandbox = Sandbox::new(dedicated, policy.clone());
+            let support = &sandbox.support;
+            passed_over = Some(match &support.error {
+                None if support.version == crate::VERSION => return (sandbox, None),
+                None => format!(
+                    "{} is version {:?}, not {}",
+                    path.display(),
+                    support.version,
+                    crate::VERSION
+                ),
+                Some(error) => format!("{}: {error}", path.display()),
+            });
+        }
+        let helper = Helper {
+            exe: toolwire.to_path_buf(),
+            args: vec![subcommand.into()],
+        };
+        (Sandbox::new(helper, policy), passed_over)
+    }
+
+    /// The helper commands start through, if any.
+    pub fn helper(&self) -> Option<&Helper> {
+        self.helper.as_ref()
     }
 
     /// The environment the allow-list picks from, instead of toolwire's
@@ -223,6 +277,7 @@ mod tests {
                 seccomp: true,
                 pid_namespace: false,
                 error: None,
+                version: crate::VERSION.to_owned(),
             },
             parent_env: Vec::new(),
         }

@@ -21,6 +21,11 @@ pub struct Support {
     /// Why the probe itself failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The helper's version ([`crate::VERSION`]): a helper executable of
+    /// another version may read policies differently, so it is not used
+    /// (an older one reports none).
+    #[serde(default)]
+    pub version: String,
 }
 
 impl Support {

@@ -1,6 +1,6 @@
 //! Serving connections within limits: a cap on open connections, a
-//! deadline for a request's head and one for a kept-alive connection with
-//! nothing to do.
+//! deadline for a request's head, one for its body and one for a
+//! kept-alive connection with nothing to do.
 //!
 //! Each connection is in one of three phases, told by its reads and by its
 //! requests (`Activity`): waiting for a request's head (from the accept,
@@ -10,6 +10,12 @@
 //! no deadline, as a stream or a turn may take long). An upgraded
 //! connection (the WebSocket) has no deadline either. A deadline that
 //! passes fails the connection's next read, and hyper closes it.
+//!
+//! A request's body has a deadline of its own (`body_timeout`, counted
+//! from the head's arrival, however slowly the bytes trickle in): past it,
+//! reading the body fails, the request is answered 408 with a JSON error
+//! and the connection closed. It sits on the body, not the socket, so
+//! that the answer can say what happened.
 //!
 //! hyper's own `header_read_timeout` is not used: it starts again as soon
 //! as a kept-alive connection goes idle, so it cannot be a separate idle
@@ -53,6 +59,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// How long a request's head may take to arrive.
     pub header_timeout: Duration,
+    /// How long a request's body may take to arrive, from its head.
+    pub body_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
     pub idle_timeout: Duration,
 }
@@ -116,8 +124,17 @@ pub async fn serve<S>(
             let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
                 let app = app.clone();
                 let busy = Busy::begin(activity.clone());
+                let timed_out = Arc::new(AtomicBool::new(false));
+                let request = request.map(|body| {
+                    Body::new(Deadlined::new(body, limits.body_timeout, timed_out.clone()))
+                });
                 async move {
-                    let Ok(response) = app.oneshot(request.map(Body::new)).await;
+                    let Ok(mut response) = app.oneshot(request).await;
+                    // The handler failed reading the body (in its own
+                    // words): the answer says why.
+                    if timed_out.load(Ordering::Acquire) {
+                        response = body_timed_out(limits.body_timeout);
+                    }
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                         busy.activity.upgraded.store(true, Ordering::Release);
                     }
@@ -163,6 +180,85 @@ async fn accept_failed(e: io::Error) {
     }
     tracing::error!(error = %e, "accepting a connection failed");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// 408 with a JSON error; the rest of the body is not waited for.
+fn body_timed_out(limit: Duration) -> Response {
+    use axum::response::IntoResponse;
+    let mut response = crate::ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "BODY_TIMEOUT",
+        format!(
+            "the request body did not arrive within {} s (body_timeout_secs)",
+            limit.as_secs_f64()
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// Reading a request's body failed: `body_timeout_secs` passed.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s (body_timeout_secs)", .0.as_secs_f64())]
+struct BodyTimedOut(Duration);
+
+/// A request's body with its deadline, counted from when the head arrived;
+/// its timer is made only if the body has to be waited for.
+struct Deadlined {
+    body: Incoming,
+    limit: Duration,
+    due: Instant,
+    timer: Option<Pin<Box<Sleep>>>,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl Deadlined {
+    fn new(body: Incoming, limit: Duration, timed_out: Arc<AtomicBool>) -> Deadlined {
+        Deadlined {
+            body,
+            limit,
+            due: Instant::now() + limit,
+            timer: None,
+            timed_out,
+        }
+    }
+}
+
+impl http_body::Body for Deadlined {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|result| result.map_err(Into::into)));
+        }
+        let due = this.due;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        tracing::debug!(limit = ?this.limit, "a request body passed body_timeout_secs");
+        this.timed_out.store(true, Ordering::Release);
+        Poll::Ready(Some(Err(BodyTimedOut(this.limit).into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// What the requests of one connection tell its I/O.

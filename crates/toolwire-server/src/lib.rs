@@ -126,6 +126,7 @@ pub async fn serve(
     let limits = connections::Limits {
         max_connections: settings.max_connections,
         header_timeout: settings.header_timeout,
+        body_timeout: settings.body_timeout,
         idle_timeout: settings.idle_timeout,
     };
     if let Err(e) = agents::index_owners(&state).await {

@@ -37,6 +37,9 @@ pub struct ServerSettings {
     /// How long a request's head may take to arrive
     /// (`header_timeout_secs`).
     pub header_timeout: std::time::Duration,
+    /// How long a request's body may take to arrive after its head
+    /// (`body_timeout_secs`); past it the request is answered 408.
+    pub body_timeout: std::time::Duration,
     /// How long a kept-alive connection may wait for its next request
     /// (`idle_timeout_secs`).
     pub idle_timeout: std::time::Duration,
@@ -52,6 +55,10 @@ impl ServerSettings {
     /// A request's head is a few hundred bytes: ten seconds is generous
     /// even on a bad network, and bounds a slowloris connection.
     pub const DEFAULT_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+    /// A body of the default 8 MiB limit arrives within a second on any
+    /// usable link; thirty leave room for a slow one and bound a client
+    /// that trickles its body in.
+    pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
     /// Longer than the SDKs keep an unused connection (httpx: 5 s), so
     /// that the server is seldom the one to close it under a request.
     pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -69,6 +76,7 @@ impl Default for ServerSettings {
             allowed_origins: Vec::new(),
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            body_timeout: Self::DEFAULT_BODY_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             shutdown_grace: std::time::Duration::from_secs(10),
         }

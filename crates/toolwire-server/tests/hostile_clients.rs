@@ -452,6 +452,77 @@ async fn a_slowloris_connection_is_closed_by_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_body_trickling_in_is_answered_408_at_the_body_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_with(
+        &dir,
+        ServerSettings {
+            header_timeout: Duration::from_secs(600),
+            body_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(600),
+            ..ServerSettings::default()
+        },
+    )
+    .await;
+    let tcp = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let (mut reader, mut writer) = tcp.into_split();
+    let body = br#"{"name": "slow-agent-with-a-long-name-that-takes-a-while"}"#;
+    let head = format!(
+        "POST /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    writer.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    // The body, one byte a second: each byte is progress, and the whole
+    // body still has its deadline.
+    let trickle = tokio::spawn(async move {
+        for byte in body {
+            if writer.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(SOON, reader.read_to_end(&mut got)).await;
+    let waited = started.elapsed();
+    trickle.abort();
+    let got = String::from_utf8_lossy(&got).into_owned();
+    assert!(closed.is_ok(), "still open after {SOON:?}: {got}");
+    assert!(
+        got.starts_with("HTTP/1.1 408"),
+        "not a 408 after {waited:?}: {got}"
+    );
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "answered after {waited:?}"
+    );
+    let json: Value = serde_json::from_str(got.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(json["code"], "BODY_TIMEOUT", "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("body_timeout_secs"),
+        "{json}"
+    );
+    // Nothing of the request was acted on.
+    assert!(
+        !agent_names(&s)
+            .await
+            .iter()
+            .any(|n| n.starts_with("slow-agent"))
+    );
+    // A body that arrives in time is read as usual.
+    let (status, agent) = s
+        .call("POST", "/v1/agents", Some(json!({"name": "quick-agent"})))
+        .await;
+    assert_eq!(status, 200, "{agent}");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed_but_a_socket_is_not() {
     let dir = tempfile::tempdir().unwrap();
     let s = server_with(

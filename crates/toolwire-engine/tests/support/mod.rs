@@ -12,7 +12,7 @@ use toolwire_tools::confined::{Mode, Sandbox};
 /// limits), with or without the network, protecting `protected`.
 pub fn sandbox_protecting(mode: Mode, network: bool, protected: &[std::path::PathBuf]) -> Sandbox {
     toolwire_test_support::sandbox::protecting(
-        env!("CARGO_BIN_EXE_toolwire-sandbox"),
+        env!("CARGO_BIN_EXE_toolwire-engine-sandbox"),
         mode,
         network,
         protected,

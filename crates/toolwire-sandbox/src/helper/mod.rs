@@ -276,5 +276,6 @@ fn probe() -> Support {
         seccomp,
         pid_namespace,
         error: None,
+        version: crate::VERSION.to_owned(),
     }
 }
