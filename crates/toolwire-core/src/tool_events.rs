@@ -92,20 +92,30 @@ pub fn kind_of(name: &str) -> ToolKind {
     }
 }
 
-/// The result text of call `id` in its result message.
+/// The result text of call `id` in its result message, a line naming
+/// each image it returned after it (front doors that show a result as
+/// text).
 pub fn result_text(message: &Message, id: &ToolCallId) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                ..
-            } if tool_use_id == id => Some(content.as_str()),
-            _ => None,
-        })
-        .collect()
+    let mut text = String::new();
+    for block in &message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            images,
+            ..
+        } = block
+            && tool_use_id == id
+        {
+            text.push_str(content);
+            for image in images {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&image.mention());
+            }
+        }
+    }
+    text
 }
 
 /// What a failed call shows: its stored result, or the error when the
@@ -316,6 +326,7 @@ mod tests {
                 tool_use_id: id.clone(),
                 content: String::new(),
                 is_error: true,
+                images: Vec::new(),
             }],
         );
         let failed = AgentEvent::ToolExecutionFailed {

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use sqlx::Row as _;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
-    TreeError,
+    AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+    StopReason, TreeError,
 };
 
 use crate::rows::{
@@ -19,15 +19,15 @@ use crate::rows::{
 use crate::sql::{
     self, CHILDREN_AND_SELF, CONVERSATION_MESSAGES, DELETE_DOCUMENT, EVENTS_SINCE, FINISH_RUN,
     FORGET_INSTANCES, HEARTBEAT_INSTANCE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_MESSAGE,
-    INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION, MESSAGE_PLACE, PUT_DOCUMENT,
-    REGISTER_INSTANCE, RUN_EXISTS, SELECT_CONVERSATION, SELECT_DOCUMENT, SELECT_DOCUMENTS,
-    SELECT_INSTANCE, SELECT_MESSAGE, SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS, START_RUN,
-    TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS, UPDATE_MESSAGE, check_parent, check_update,
-    forked, new_conversation, path_lines,
+    INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION, MESSAGE_PLACE, PUT_BLOB,
+    PUT_DOCUMENT, REGISTER_INSTANCE, RUN_EXISTS, SELECT_BLOB, SELECT_CONVERSATION, SELECT_DOCUMENT,
+    SELECT_DOCUMENTS, SELECT_INSTANCE, SELECT_MESSAGE, SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS,
+    START_RUN, TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS, UPDATE_MESSAGE, check_parent,
+    check_update, forked, new_conversation, path_lines,
 };
 use crate::{
-    ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError, StoreRead,
-    StoredEvent, UnfinishedRun,
+    Blob, ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError,
+    StoreRead, StoredEvent, UnfinishedRun,
 };
 
 type Conn = <sqlx::Postgres as sqlx::Database>::Connection;
@@ -303,6 +303,20 @@ impl StoreRead for PostgresStore {
             .transpose()
     }
 
+    async fn blob(&self, sha256: &str) -> Result<Option<Blob>> {
+        let row = sqlx::query(SELECT_BLOB)
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            Ok(Blob {
+                media_type: r.try_get(0)?,
+                bytes: r.try_get(1)?,
+            })
+        })
+        .transpose()
+    }
+
     async fn documents(&self, kind: &str) -> Result<Vec<Document>> {
         sqlx::query_as::<_, DocumentRow>(SELECT_DOCUMENTS)
             .bind(kind)
@@ -530,6 +544,18 @@ impl Store for PostgresStore {
         let seqs = Self::insert_events(&mut tx, conversation, events).await?;
         tx.commit().await?;
         Ok(seqs)
+    }
+
+    async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> Result<BlobRef> {
+        let reference = BlobRef::of(media_type, bytes);
+        sqlx::query(PUT_BLOB)
+            .bind(&reference.sha256)
+            .bind(media_type)
+            .bind(bytes)
+            .bind(Ts::now())
+            .execute(&self.pool)
+            .await?;
+        Ok(reference)
     }
 
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool> {

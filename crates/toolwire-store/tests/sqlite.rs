@@ -389,6 +389,7 @@ async fn paths_across_lines_read_the_same_kept_or_not() {
                 tool_use_id: call,
                 content: format!("line\n\"{i}\"\t\u{e9}"),
                 is_error: i.is_multiple_of(3),
+                images: Vec::new(),
             }],
         );
         (m, result)

@@ -1,6 +1,8 @@
 //! The model step: one model call, streamed out as it comes, and the
 //! assistant message it becomes.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -8,7 +10,7 @@ use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
 use toolwire_core::{
     AgentEvent, GatedCall, Message, MessageId, MessageStatus, Role, StopReason, ToolCallId,
 };
-use toolwire_providers::{ModelRequest, ToolFormat, xml_format};
+use toolwire_providers::{ModelRequest, RequestImages, ToolFormat, xml_format};
 use toolwire_stream::StreamEvent;
 use toolwire_tools::ToolSpec;
 
@@ -34,7 +36,8 @@ impl Turn<'_> {
                     .saturating_sub(1),
             );
         }
-        let request = self.request(&path, iteration);
+        let mut request = self.request(&path, iteration);
+        request.images = self.images(&request.messages).await?;
         let started = Instant::now();
         let stream = tokio::select! {
             s = self.model.provider.stream(&request) => s.map_err(|e| Stop::new(StopReason::LlmApiError, e.to_string()))?,
@@ -207,6 +210,7 @@ impl Turn<'_> {
                 tools,
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
+                images: RequestImages::default(),
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
@@ -214,8 +218,40 @@ impl Turn<'_> {
                 tools: Vec::new(),
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
+                images: RequestImages::default(),
             },
         }
+    }
+
+    /// The bytes of the images `messages` refer to, read from the store
+    /// once per turn; none for a model without vision (it is shown
+    /// placeholders). An image whose bytes are gone is left out: the
+    /// provider names it as missing.
+    async fn images(&mut self, messages: &[Message]) -> Result<RequestImages, Stop> {
+        let vision = self.model.info.capabilities.vision;
+        let mut bytes = HashMap::new();
+        if vision {
+            for image in messages.iter().flat_map(Message::images) {
+                if bytes.contains_key(&image.sha256) {
+                    continue;
+                }
+                if let Some(kept) = self.blobs.get(&image.sha256) {
+                    bytes.insert(image.sha256.clone(), Arc::clone(kept));
+                    continue;
+                }
+                match self.cx.store.blob(&image.sha256).await? {
+                    Some(blob) => {
+                        let kept: Arc<[u8]> = blob.bytes.into();
+                        self.blobs.insert(image.sha256.clone(), Arc::clone(&kept));
+                        bytes.insert(image.sha256.clone(), kept);
+                    }
+                    None => {
+                        tracing::warn!(sha256 = %image.sha256, "an image of the path is missing from the store");
+                    }
+                }
+            }
+        }
+        Ok(RequestImages { vision, bytes })
     }
 
     /// What a stream event means to clients: an event to publish, nothing

@@ -50,11 +50,12 @@ macro_rules! migration {
 }
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: [Migration; 4] = [
+pub(crate) const MIGRATIONS: [Migration; 5] = [
     migration!(1, "schema", "0001_schema.sql"),
     migration!(2, "run owner", "0002_run_owner.sql"),
     migration!(3, "documents", "0003_documents.sql"),
     migration!(4, "message fields", "0004_message_fields.sql"),
+    migration!(5, "blobs", "0005_blobs.sql"),
 ];
 
 /// sqlx's table, as sqlx creates it.
