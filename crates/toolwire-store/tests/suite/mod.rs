@@ -1114,7 +1114,7 @@ pub async fn messages_hold_image_references(db: Db) {
         .put_blob("image/png", b"\x89PNG\r\n\x1a\n")
         .await
         .unwrap();
-    let user = Message::new(
+    let mut user = Message::new(
         c.id,
         Some(c.root_id),
         Role::User,
@@ -1125,8 +1125,9 @@ pub async fn messages_hold_image_references(db: Db) {
             ContentBlock::Image(image.clone()),
         ],
     );
+    user.created_at = now();
     store.append(&user).await.unwrap();
-    let result = Message::new(
+    let mut result = Message::new(
         c.id,
         Some(user.id),
         Role::Tool,
@@ -1137,6 +1138,7 @@ pub async fn messages_hold_image_references(db: Db) {
             images: vec![image.clone(), image.clone()],
         }],
     );
+    result.created_at = now();
     store.append(&result).await.unwrap();
     let path = db.reopen().await.path_to(result.id).await.unwrap();
     assert_eq!(path[1], user);
