@@ -320,7 +320,10 @@ async fn read_file_returns_images_by_their_first_bytes() {
 
     let webp = b"RIFF\x10\0\0\0WEBPVP8 data".to_vec();
     std::fs::write(f.path("a.webp"), &webp).unwrap();
-    let out = f.call("read_file", json!({"path": "a.webp"})).await.unwrap();
+    let out = f
+        .call("read_file", json!({"path": "a.webp"}))
+        .await
+        .unwrap();
     assert_eq!(out.images[0].media_type(), "image/webp");
 
     // Over the limit: refused, naming the size and the limit.

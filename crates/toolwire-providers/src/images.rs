@@ -242,7 +242,12 @@ mod tests {
         let body = Value::Array(openai::messages("", &text_path, &shown));
         let last = &body[2]["content"];
         assert_eq!(last[0]["type"], "text");
-        assert!(last[0]["text"].as_str().unwrap_or_default().contains("<tool_result call_id=\"c1\""));
+        assert!(
+            last[0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("<tool_result call_id=\"c1\"")
+        );
         assert_eq!(last[1]["type"], "image_url");
     }
 
