@@ -11,7 +11,7 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     self as acp, ContentChunk, PromptResponse, SessionId, SessionUpdate,
 };
-use toolwire_core::tool_events::result_text;
+use toolwire_core::tool_events::result_text_with_images;
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
     StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
@@ -270,7 +270,7 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
             } = block
             {
                 // The text, and a line naming each image it returned.
-                let text = result_text(message, tool_use_id);
+                let text = result_text_with_images(message, tool_use_id);
                 results.insert(tool_use_id, (text, *is_error));
             }
         }

@@ -92,21 +92,35 @@ pub fn kind_of(name: &str) -> ToolKind {
     }
 }
 
-/// The result text of call `id` in its result message, a line naming
-/// each image it returned after it (front doors that show a result as
-/// text).
+/// The result text of call `id` in its result message.
 pub fn result_text(message: &Message, id: &ToolCallId) -> String {
-    let mut text = String::new();
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } if tool_use_id == id => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// [`result_text`], then a line naming each image the result returned:
+/// for a door that shows results as text only (ACP's editors, a
+/// terminal).
+pub fn result_text_with_images(message: &Message, id: &ToolCallId) -> String {
+    let mut text = result_text(message, id);
     for block in &message.content {
         if let ContentBlock::ToolResult {
             tool_use_id,
-            content,
             images,
             ..
         } = block
             && tool_use_id == id
         {
-            text.push_str(content);
             for image in images {
                 if !text.is_empty() {
                     text.push('\n');

@@ -70,7 +70,10 @@ async fn db() -> Db {
 /// Appends the 100 messages (with an image each when `images`) to a new
 /// conversation of `store`; returns the leaf.
 async fn store_path(store: &dyn Store, images: Option<&[Vec<u8>]>) -> MessageId {
-    let c = store.create_conversation("You look at screenshots.", None).await.unwrap();
+    let c = store
+        .create_conversation("You look at screenshots.", None)
+        .await
+        .unwrap();
     let mut parent = c.root_id;
     for i in 0..MESSAGES {
         let mut content = vec![text(i)];

@@ -73,14 +73,24 @@ fn content_images(content: &Value, at: usize) -> Result<Vec<(Vec<u8>, String)>, 
     };
     let mut images = Vec::new();
     for (j, part) in parts.iter().enumerate() {
-        if part.get("type").and_then(Value::as_str) != Some("image") {
+        // Letta's SDKs may leave out the `type`s they default.
+        let kind = part.get("type").and_then(Value::as_str);
+        if kind != Some("image") && !(kind.is_none() && part.get("source").is_some()) {
             continue;
         }
         let source = part.get("source").unwrap_or(&Value::Null);
-        let kind = source.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "base64" {
+        let kind = match source.get("type").and_then(Value::as_str) {
+            Some(kind) => kind,
+            None if source.get("url").is_some() => "url",
+            None => "base64",
+        };
+        // A `letta` source carries its data too; toolwire keeps no file ids.
+        let has_data = source.get("data").is_some_and(Value::is_string);
+        if !(kind == "base64" || (kind == "letta" && has_data)) {
             return Err(ApiError::bad_request(format!(
-                "messages[{at}].content[{j}]: an image's source must be                  {{\"type\": \"base64\", \"media_type\": …, \"data\": …}}, not `{kind}`"
+                "messages[{at}].content[{j}]: an image's source must be \
+                 {{\"type\": \"base64\", \"media_type\": …, \"data\": …}}, not `{kind}` \
+                 (toolwire fetches no URL and keeps no file ids)"
             )));
         }
         let media_type = source

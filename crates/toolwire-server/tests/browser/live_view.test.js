@@ -121,6 +121,7 @@ test("an image a tool returned is drawn in its card, and again after a reload", 
   });
   assert.equal(await (await drawn()).jsonValue(), 'image: image/png, 70 B');
   assert.match(await page.locator('.tool-card .tool-result-text').innerText(), /image\/png image, 70 B/);
+  assert.equal(await page.locator('.tool-card .tool-output').isVisible(), false, 'the result is shown once');
   await screenshot(page, 'image-in-card');
   await reload(page);
   assert.equal(await (await drawn()).jsonValue(), 'image: image/png, 70 B');
