@@ -11,7 +11,7 @@
 //!   step does before it sends: the path read (`Store::path_to`), each
 //!   image's bytes read from the store (the turn's first step; later steps
 //!   keep them), and the provider's request body written (base64 for the
-//!   images).
+//!   images). `…_read_only`: the path and the bytes alone, no body.
 //!
 //! Before the timed runs, the size of each body is printed.
 
@@ -157,6 +157,9 @@ fn bench(c: &mut Criterion) {
             openai.body(&sample).to_string().len(),
             anthropic.body(&sample).to_string().len()
         );
+        group.bench_function(format!("replay_100/{name}_read_only"), |b| {
+            b.iter(|| black_box(rt.block_on(request(db.store.as_ref(), leaf)).messages.len()))
+        });
         group.bench_function(format!("replay_100/{name}_openai"), |b| {
             b.iter(|| {
                 let request = rt.block_on(request(db.store.as_ref(), leaf));

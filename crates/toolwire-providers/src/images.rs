@@ -44,6 +44,11 @@ impl RequestImages {
         }
     }
 
+    /// Whether the model is shown `image` itself.
+    pub(crate) fn visible(&self, image: &BlobRef) -> bool {
+        self.placeholder(image).is_none()
+    }
+
     /// The text shown in place of `image`, if the model is not shown it.
     fn placeholder(&self, image: &BlobRef) -> Option<String> {
         if !self.vision {
@@ -232,6 +237,29 @@ mod tests {
             .as_str()
             .unwrap_or_default();
         assert!(text.contains("missing from the store"), "{body}");
+
+        // OpenAI: of a result's two images, the one kept is sent, the
+        // missing one named in the result's text.
+        let (mut path, seen, shot) = path();
+        if let ContentBlock::ToolResult { images, .. } = &mut path[2].content[0] {
+            images.insert(0, seen.clone());
+        }
+        let body = Value::Array(openai::messages("", &path, &shown));
+        let result = body[2]["content"].as_str().unwrap_or_default();
+        assert_eq!(
+            result,
+            format!(
+                "taken\n{}",
+                shot.placeholder("its bytes are missing from the store")
+            )
+        );
+        assert_eq!(
+            body[3]["content"],
+            json!([
+                {"type": "text", "text": "The image tool call c1 returned:"},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", b64(PNG))}},
+            ])
+        );
     }
 
     #[test]

@@ -170,17 +170,15 @@ fn tool_messages(out: &mut Vec<Value>, results: Vec<Answer>, shown: &RequestImag
     let mut parts = Vec::new();
     for answer in results {
         let mut content = answer.content;
-        if !answer.images.is_empty() {
-            let placeholders = shown.placeholders(&answer.images);
-            if placeholders.is_empty() {
-                parts.push(json!({
-                    "type": "text",
-                    "text": format!("The image{} tool call {} returned:", if answer.images.len() == 1 { "" } else { "s" }, answer.id.0),
-                }));
-                parts.extend(answer.images.iter().map(|i| image_part(shown.show(i))));
-            } else {
-                content.push_str(&placeholders);
-            }
+        content.push_str(&shown.placeholders(&answer.images));
+        let visible: Vec<_> = answer.images.iter().filter(|i| shown.visible(i)).collect();
+        if !visible.is_empty() {
+            let plural = if visible.len() == 1 { "" } else { "s" };
+            parts.push(json!({
+                "type": "text",
+                "text": format!("The image{plural} tool call {} returned:", answer.id.0),
+            }));
+            parts.extend(visible.into_iter().map(|i| image_part(shown.show(i))));
         }
         out.push(json!({"role": "tool", "tool_call_id": answer.id.0, "content": content}));
     }
