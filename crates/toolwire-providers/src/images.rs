@@ -230,9 +230,9 @@ mod tests {
 
     #[test]
     fn an_image_missing_from_the_store_is_named() {
-        let (path, seen, _) = path();
+        let (one, seen, _) = path();
         let shown = seeing(&[(&seen, PNG)]);
-        let body = Value::Array(anthropic::messages(&path, &shown));
+        let body = Value::Array(anthropic::messages(&one, &shown));
         let text = body[2]["content"][0]["content"][1]["text"]
             .as_str()
             .unwrap_or_default();
@@ -240,11 +240,11 @@ mod tests {
 
         // OpenAI: of a result's two images, the one kept is sent, the
         // missing one named in the result's text.
-        let (mut path, seen, shot) = path();
-        if let ContentBlock::ToolResult { images, .. } = &mut path[2].content[0] {
+        let (mut two, seen, shot) = path();
+        if let ContentBlock::ToolResult { images, .. } = &mut two[2].content[0] {
             images.insert(0, seen.clone());
         }
-        let body = Value::Array(openai::messages("", &path, &shown));
+        let body = Value::Array(openai::messages("", &two, &shown));
         let result = body[2]["content"].as_str().unwrap_or_default();
         assert_eq!(
             result,
