@@ -11,6 +11,7 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     self as acp, ContentChunk, PromptResponse, SessionId, SessionUpdate,
 };
+use toolwire_core::tool_events::result_text_with_images;
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
     StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
@@ -259,16 +260,18 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// each tool call once with its final status and result, and each plan
 /// `update_plan` recorded (as a `plan`, in its place).
 pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
-    let mut results: HashMap<&ToolCallId, (&str, bool)> = HashMap::new();
+    let mut results: HashMap<&ToolCallId, (String, bool)> = HashMap::new();
     for message in messages {
         for block in &message.content {
             if let ContentBlock::ToolResult {
                 tool_use_id,
-                content,
                 is_error,
+                ..
             } = block
             {
-                results.insert(tool_use_id, (content.as_str(), *is_error));
+                // The text, and a line naming each image it returned.
+                let text = result_text_with_images(message, tool_use_id);
+                results.insert(tool_use_id, (text, *is_error));
             }
         }
     }
@@ -279,6 +282,9 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
             match (message.role, block) {
                 (Role::User, ContentBlock::Text { text }) => {
                     updates.push(SessionUpdate::UserMessageChunk(chunk(text)));
+                }
+                (Role::User, ContentBlock::Image(image)) => {
+                    updates.push(SessionUpdate::UserMessageChunk(chunk(&image.mention())));
                 }
                 (Role::Assistant, ContentBlock::Text { text }) => {
                     updates.push(SessionUpdate::AgentMessageChunk(chunk(text)));
@@ -385,6 +391,7 @@ mod tests {
                     tool_use_id: call,
                     content: "no such file".into(),
                     is_error: true,
+                    images: Vec::new(),
                 }],
             ),
         ];
@@ -433,6 +440,7 @@ mod tests {
             tool_use_id: ToolCallId(id.into()),
             content: "r".into(),
             is_error,
+            images: Vec::new(),
         };
         let branch = vec![
             Message::new(

@@ -23,7 +23,7 @@ use toolwire_core::{
 
 use crate::state::Session;
 use crate::{convert, notify, titles};
-use toolwire_core::tool_events::{failure_text, result_text};
+use toolwire_core::tool_events::{failure_text, result_text_with_images};
 use toolwire_tools::builtin::UPDATE_PLAN;
 
 /// What is known of one call beyond what the tracker keeps.
@@ -199,7 +199,7 @@ impl<'a> Updates<'a> {
             } if result_is_error(message, call_id) => self.finish(
                 call_id,
                 ToolCallStatus::Failed,
-                result_text(message, call_id),
+                result_text_with_images(message, call_id),
                 now,
             ),
             AgentEvent::ToolExecutionCompleted {
@@ -207,7 +207,7 @@ impl<'a> Updates<'a> {
             } => self.finish(
                 call_id,
                 ToolCallStatus::Completed,
-                result_text(message, call_id),
+                result_text_with_images(message, call_id),
                 now,
             ),
             AgentEvent::ToolExecutionFailed {

@@ -118,6 +118,10 @@ impl Renderer {
                 self.clear_spinner();
                 self.running = None;
                 say!("  ✓ done in {} ms", message.duration_ms.unwrap_or(0));
+                // The result's text is the model's; its images are named.
+                for image in message.images() {
+                    say!("    {}", image.mention());
+                }
             }
             AgentEvent::ToolExecutionFailed { error, .. } => {
                 self.clear_spinner();

@@ -1,7 +1,7 @@
 //! # toolwire-core
 //!
 //! **Owns** toolwire's domain: ids ([`ids`]), messages and content blocks
-//! ([`message`]), the conversation tree and its rules ([`tree`]), agent
+//! ([`message`]), image references and what an image is ([`image`]), the conversation tree and its rules ([`tree`]), agent
 //! events ([`event`]), paused tool calls ([`approval`]), the notification
 //! queue and block ([`notification`]), tool-call state and the patches
 //! that update it ([`tool_call`]), what agent events mean for tool calls
@@ -23,6 +23,7 @@
 pub mod approval;
 pub mod event;
 pub mod ids;
+pub mod image;
 pub mod message;
 pub mod notification;
 pub mod pricing;
@@ -35,6 +36,7 @@ pub mod tree;
 pub use approval::{Decision, Gate, GatedCall, PendingApproval, ResolvedApproval};
 pub use event::{AgentEvent, Location, Progress, StopReason};
 pub use ids::{AgentId, ConversationId, InstanceId, InvalidId, MessageId, RunId, ToolCallId};
+pub use image::{BlobRef, ImageError, MAX_IMAGE_BYTES};
 pub use message::{
     ContentBlock, Message, MessageStatus, NOT_RUN_AFTER_STOP, Priority, Role, Usage,
 };

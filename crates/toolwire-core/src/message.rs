@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{ConversationId, MessageId, ToolCallId};
+use crate::image::BlobRef;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -93,7 +94,14 @@ pub enum ContentBlock {
         /// Whether the tool failed (the content is then its error).
         #[serde(default)]
         is_error: bool,
+        /// Images the tool returned (a screenshot, an image file read),
+        /// stored once by hash; the model sees them after the text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<BlobRef>,
     },
+    /// An image (a user's, or one an interjection carried), stored once
+    /// by hash: `{"type":"image","media_type":…,"sha256":…,"bytes_len":…}`.
+    Image(BlobRef),
     /// A notification delivered to the model.
     Notification {
         /// Who reported it (a watcher, a task, a client).
@@ -247,6 +255,16 @@ impl Message {
             .collect()
     }
 
+    /// Every image the message refers to, in order (its own and its tool
+    /// results').
+    pub fn images(&self) -> impl Iterator<Item = &BlobRef> {
+        self.content.iter().flat_map(|b| match b {
+            ContentBlock::Image(image) => std::slice::from_ref(image),
+            ContentBlock::ToolResult { images, .. } => images.as_slice(),
+            _ => &[],
+        })
+    }
+
     /// The tool calls of an assistant message, in order.
     pub fn tool_uses(&self) -> impl Iterator<Item = (&ToolCallId, Option<&str>, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
@@ -267,7 +285,17 @@ impl Message {
             let piece = match block {
                 ContentBlock::Text { text } | ContentBlock::Reasoning { text } => text.clone(),
                 ContentBlock::ToolUse { name, .. } => format!("[{name}]"),
-                ContentBlock::ToolResult { content, .. } => content.clone(),
+                ContentBlock::ToolResult {
+                    content, images, ..
+                } => {
+                    let mut s = content.clone();
+                    for image in images {
+                        s.push(' ');
+                        s.push_str(&image.mention());
+                    }
+                    s
+                }
+                ContentBlock::Image(image) => image.mention(),
                 ContentBlock::Notification { source, text, .. } => format!("[{source}] {text}"),
             };
             if !s.is_empty() {

@@ -108,6 +108,30 @@ pub fn result_text(message: &Message, id: &ToolCallId) -> String {
         .collect()
 }
 
+/// [`result_text`], then a line naming each image the result returned:
+/// for a door that shows results as text only (ACP's editors, a
+/// terminal).
+pub fn result_text_with_images(message: &Message, id: &ToolCallId) -> String {
+    let mut text = result_text(message, id);
+    for block in &message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            images,
+            ..
+        } = block
+            && tool_use_id == id
+        {
+            for image in images {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&image.mention());
+            }
+        }
+    }
+    text
+}
+
 /// What a failed call shows: its stored result, or the error when the
 /// failure stored no text of its own.
 pub fn failure_text(message: &Message, id: &ToolCallId, error: &str) -> String {
@@ -316,6 +340,7 @@ mod tests {
                 tool_use_id: id.clone(),
                 content: String::new(),
                 is_error: true,
+                images: Vec::new(),
             }],
         );
         let failed = AgentEvent::ToolExecutionFailed {

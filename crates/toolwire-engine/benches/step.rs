@@ -310,10 +310,17 @@ impl StoreRead for Counting {
     async fn messages(&self, c: ConversationId) -> R<Vec<Message>> {
         self.time("messages", self.inner.messages(c)).await
     }
+    async fn blob(&self, sha256: &str) -> R<Option<toolwire_store::Blob>> {
+        self.time("blob", self.inner.blob(sha256)).await
+    }
 }
 
 #[async_trait]
 impl Store for Counting {
+    async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> R<toolwire_core::BlobRef> {
+        self.time("put_blob", self.inner.put_blob(media_type, bytes))
+            .await
+    }
     async fn create_conversation(&self, p: &str, t: Option<&str>) -> R<Conversation> {
         self.time("create_conversation", self.inner.create_conversation(p, t))
             .await

@@ -8,8 +8,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolwire_core::notification::{Admission, USER_SOURCE};
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, Decision, Gate, Incoming, Message, MessageId,
-    PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason, ToolCallId, Usage, tree,
+    AgentEvent, BlobRef, ContentBlock, Conversation, ConversationId, Decision, Gate, Incoming,
+    Message, MessageId, PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason,
+    ToolCallId, Usage, tree,
 };
 use toolwire_store::{InstanceRecord, Store, StoreRead, StoredEvent};
 
@@ -523,10 +524,53 @@ impl Engine {
             .await
     }
 
+    /// [`Engine::send_with`] with a user message of any content: text and
+    /// images (stored first with [`Engine::put_image`]).
+    pub async fn send_content_with(
+        &self,
+        conversation: ConversationId,
+        content: Vec<ContentBlock>,
+        parent: Option<MessageId>,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
+        self.send_blocks(conversation, content, parent, options, Origin::FrontDoor)
+            .await
+    }
+
+    /// Stores an image a front door was given (a user's upload) once, by
+    /// the SHA-256 of its bytes, and gives the reference a message holds.
+    /// Refused, with nothing stored, over [`toolwire_core::MAX_IMAGE_BYTES`]
+    /// or when the bytes are not a PNG, JPEG, GIF or WebP (`declared`, the
+    /// type the sender named, only words the error: the type stored is
+    /// the one the bytes show).
+    pub async fn put_image(
+        &self,
+        bytes: &[u8],
+        declared: Option<&str>,
+    ) -> Result<BlobRef, EngineError> {
+        let media_type = toolwire_core::image::check_image(bytes, declared)?;
+        Ok(self.inner.store.put_blob(media_type, bytes).await?)
+    }
+
     async fn send_from(
         &self,
         conversation: ConversationId,
         text: &str,
+        parent: Option<MessageId>,
+        options: TurnOptions,
+        origin: Origin,
+    ) -> Result<TurnHandle, EngineError> {
+        let content = vec![ContentBlock::Text {
+            text: text.to_owned(),
+        }];
+        self.send_blocks(conversation, content, parent, options, origin)
+            .await
+    }
+
+    async fn send_blocks(
+        &self,
+        conversation: ConversationId,
+        content: Vec<ContentBlock>,
         parent: Option<MessageId>,
         options: TurnOptions,
         origin: Origin,
@@ -546,7 +590,7 @@ impl Engine {
                 message_id: pending.message_id,
             });
         }
-        let user = user_message(conversation, parent, text);
+        let user = Message::new(conversation, Some(parent), Role::User, content);
         self.start_turn_held(
             editing,
             conversation,

@@ -29,6 +29,10 @@ pub enum EngineError {
         conversation: ConversationId,
         message_id: MessageId,
     },
+    /// An image a front door was given is refused (too large, or not an
+    /// image toolwire accepts): nothing was stored.
+    #[error(transparent)]
+    Image(#[from] toolwire_core::ImageError),
     /// A turn named a model the registry does not have.
     #[error("no model named `{0}` is configured")]
     UnknownModel(String),

@@ -98,6 +98,7 @@ pub(crate) async fn answer_open_calls(
                 tool_use_id: call_id.clone(),
                 content: content.clone(),
                 is_error: true,
+                images: Vec::new(),
             }],
         );
         result.status = MessageStatus::Interrupted;

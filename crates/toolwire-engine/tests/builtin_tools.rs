@@ -302,6 +302,41 @@ async fn read_file_refuses_binary_directories_and_bad_arguments() {
     }
 }
 
+#[tokio::test]
+async fn read_file_returns_images_by_their_first_bytes() {
+    let f = Fixture::new();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR rest of a png".to_vec();
+    // Named as text: the bytes decide.
+    std::fs::write(f.path("shot.txt"), &png).unwrap();
+    let out = f
+        .call("read_file", json!({"path": "shot.txt"}))
+        .await
+        .unwrap();
+    assert!(!out.is_error);
+    assert_eq!(out.content, "`shot.txt`: image/png image, 30 B");
+    assert_eq!(out.images.len(), 1);
+    assert_eq!(out.images[0].media_type(), "image/png");
+    assert_eq!(out.images[0].bytes(), png.as_slice());
+
+    let webp = b"RIFF\x10\0\0\0WEBPVP8 data".to_vec();
+    std::fs::write(f.path("a.webp"), &webp).unwrap();
+    let out = f
+        .call("read_file", json!({"path": "a.webp"}))
+        .await
+        .unwrap();
+    assert_eq!(out.images[0].media_type(), "image/webp");
+
+    // Over the limit: refused, naming the size and the limit.
+    let mut big = vec![0xff, 0xd8, 0xff, 0xe0];
+    big.resize(toolwire_core::MAX_IMAGE_BYTES + 10, 0);
+    std::fs::write(f.path("big.jpg"), &big).unwrap();
+    let e = f.err("read_file", json!({"path": "big.jpg"})).await;
+    assert!(
+        e.contains("`big.jpg`: the image is 5.0 MB (5242890 bytes), over the limit of 5.0 MB"),
+        "{e}"
+    );
+}
+
 // ---------------------------------------------------------------- write_file
 
 #[tokio::test]

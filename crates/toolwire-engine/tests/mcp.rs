@@ -279,6 +279,9 @@ async fn lists_and_calls_the_everything_server() {
         .await
         .unwrap();
     assert!(out.content.contains("[image: image/png]"), "{out:?}");
+    // The image itself comes with the text, checked to be a PNG.
+    assert_eq!(out.images.len(), 1, "{out:?}");
+    assert_eq!(out.images[0].media_type(), "image/png");
 }
 
 #[tokio::test]
@@ -777,6 +780,9 @@ async fn lists_and_calls_the_everything_server_over_http() {
         .await
         .unwrap();
     assert!(out.content.contains("[image: image/png]"), "{out:?}");
+    // The image itself comes with the text, checked to be a PNG.
+    assert_eq!(out.images.len(), 1, "{out:?}");
+    assert_eq!(out.images[0].media_type(), "image/png");
 
     server.shutdown().await;
     assert!(!server.is_running().await);

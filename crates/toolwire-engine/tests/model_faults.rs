@@ -479,6 +479,7 @@ async fn max_tokens_is_always_sent() {
         tools: Vec::new(),
         turn: 0,
         iteration: 1,
+        images: Default::default(),
     };
     for base in [
         "https://api.openai.com/v1",

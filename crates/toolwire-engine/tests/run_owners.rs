@@ -366,6 +366,7 @@ async fn open_calls_of_an_interrupted_turn_are_answered_at_start() {
             tool_use_id: ToolCallId("c_done".into()),
             content: "ok".into(),
             is_error: false,
+            images: Vec::new(),
         }],
     );
     store.append(&done).await.unwrap();
@@ -399,6 +400,7 @@ async fn open_calls_of_an_interrupted_turn_are_answered_at_start() {
                 tool_use_id,
                 content,
                 is_error: true,
+                ..
             } => (tool_use_id.0.as_str(), content.as_str(), m.status),
             other => panic!("{other:?}"),
         })

@@ -5,8 +5,9 @@ use serde_json::{Value, json};
 use toolwire_core::{Message, Role};
 use toolwire_stream::AnthropicDecoder;
 
-use crate::history::{Group, grouped, plain_text};
+use crate::history::{Group, grouped, images, plain_text};
 use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::images::{RequestImages, Shown};
 use crate::prompt_cache;
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 
@@ -48,7 +49,7 @@ impl AnthropicProvider {
             "model": self.model,
             "max_tokens": self.settings.max_tokens,
             "stream": true,
-            "messages": messages(&request.messages),
+            "messages": messages(&request.messages, &request.images),
         });
         if !request.system.is_empty() {
             body["system"] = json!(request.system);
@@ -102,7 +103,9 @@ impl Provider for AnthropicProvider {
 
 /// The conversation as Anthropic messages. Roles must alternate, so tool
 /// results and a user message that follows them share one user message.
-pub fn messages(path: &[Message]) -> Vec<Value> {
+/// Images are `image` blocks with base64 sources, in a user message after
+/// its text, and inside a `tool_result`'s content list after its text.
+pub fn messages(path: &[Message], shown: &RequestImages) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, blocks: Vec<Value>| {
         if blocks.is_empty() {
@@ -118,9 +121,12 @@ pub fn messages(path: &[Message]) -> Vec<Value> {
             Group::Message(m) => match m.role {
                 Role::User | Role::System => {
                     let text = plain_text(m);
+                    let mut blocks = Vec::new();
                     if !text.is_empty() {
-                        push("user", vec![json!({"type": "text", "text": text})]);
+                        blocks.push(json!({"type": "text", "text": text}));
                     }
+                    blocks.extend(images(m).into_iter().map(|i| image_block(shown.show(i))));
+                    push("user", blocks);
                 }
                 Role::Assistant => {
                     let mut blocks = Vec::new();
@@ -139,8 +145,20 @@ pub fn messages(path: &[Message]) -> Vec<Value> {
                 "user",
                 results
                     .into_iter()
-                    .map(|(id, content, is_error)| {
-                        json!({"type": "tool_result", "tool_use_id": id.0, "content": content, "is_error": is_error})
+                    .map(|answer| {
+                        // Plain string content unless there are images:
+                        // the shape every request had before them.
+                        let content = if answer.images.is_empty() {
+                            json!(answer.content)
+                        } else {
+                            let mut blocks = Vec::new();
+                            if !answer.content.is_empty() {
+                                blocks.push(json!({"type": "text", "text": answer.content}));
+                            }
+                            blocks.extend(answer.images.iter().map(|i| image_block(shown.show(i))));
+                            Value::Array(blocks)
+                        };
+                        json!({"type": "tool_result", "tool_use_id": answer.id.0, "content": content, "is_error": answer.is_error})
                     })
                     .collect(),
             ),
@@ -149,4 +167,15 @@ pub fn messages(path: &[Message]) -> Vec<Value> {
     out.into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect()
+}
+
+/// An image as a content block, or the placeholder as a text block.
+fn image_block(shown: Shown) -> Value {
+    match shown {
+        Shown::Image { media_type, data } => json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }),
+        Shown::Placeholder(text) => json!({"type": "text", "text": text}),
+    }
 }

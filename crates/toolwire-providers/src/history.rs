@@ -3,16 +3,26 @@
 //! are stored in the order the tools finished), and the text a message
 //! carries, notifications included.
 
-use toolwire_core::{ContentBlock, Message, Role, ToolCallId, format_block};
+use toolwire_core::{BlobRef, ContentBlock, Message, Role, ToolCallId, format_block};
 
 use toolwire_core::NOT_RUN_AFTER_STOP;
 
 /// A path element as providers send it.
 pub enum Group<'a> {
     Message(&'a Message),
-    /// The results following an assistant message: (call id, content,
-    /// is_error), in the order of the calls.
-    Results(Vec<(ToolCallId, String, bool)>),
+    /// The results following an assistant message, in the order of the
+    /// calls.
+    Results(Vec<Answer>),
+}
+
+/// One tool result as providers send it.
+pub struct Answer {
+    pub id: ToolCallId,
+    /// Its text, notifications delivered with it included.
+    pub content: String,
+    pub is_error: bool,
+    /// The images it returned.
+    pub images: Vec<BlobRef>,
 }
 
 /// Groups consecutive tool messages and orders their results by call. A
@@ -44,6 +54,7 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
                     tool_use_id,
                     content,
                     is_error,
+                    images,
                 } = block
                 {
                     let content = match &notifications {
@@ -51,7 +62,12 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
                         Some(block) => format!("{content}\n\n{block}"),
                         None => content.clone(),
                     };
-                    results.push((tool_use_id.clone(), content, *is_error));
+                    results.push(Answer {
+                        id: tool_use_id.clone(),
+                        content,
+                        is_error: *is_error,
+                        images: images.clone(),
+                    });
                 }
             }
             i += 1;
@@ -69,25 +85,41 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
 fn close_open_calls(
     out: &mut Vec<Group<'_>>,
     call_order: &mut Vec<ToolCallId>,
-    mut results: Vec<(ToolCallId, String, bool)>,
+    mut results: Vec<Answer>,
 ) {
     for id in call_order.iter() {
-        if !results.iter().any(|(answered, ..)| answered == id) {
+        if !results.iter().any(|answer| &answer.id == id) {
             tracing::warn!(call = %id.0, "a tool call without a result is sent as not run");
-            results.push((id.clone(), NOT_RUN_AFTER_STOP.to_owned(), true));
+            results.push(Answer {
+                id: id.clone(),
+                content: NOT_RUN_AFTER_STOP.to_owned(),
+                is_error: true,
+                images: Vec::new(),
+            });
         }
     }
     if results.is_empty() {
         return;
     }
-    results.sort_by_key(|(id, ..)| {
+    results.sort_by_key(|answer| {
         call_order
             .iter()
-            .position(|c| c == id)
+            .position(|c| c == &answer.id)
             .unwrap_or(usize::MAX)
     });
     call_order.clear();
     out.push(Group::Results(results));
+}
+
+/// The images of a user message, in order.
+pub(crate) fn images(m: &Message) -> Vec<&BlobRef> {
+    m.content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Image(image) => Some(image),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Text and notifications of a message, as the model reads them: the
@@ -136,6 +168,7 @@ mod tests {
             tool_use_id: ToolCallId(id.into()),
             content: format!("{id} done"),
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -145,7 +178,7 @@ mod tests {
             .filter_map(|g| match g {
                 Group::Results(r) => Some(
                     r.iter()
-                        .map(|(id, content, _)| (id.0.clone(), content.clone()))
+                        .map(|a| (a.id.0.clone(), a.content.clone()))
                         .collect(),
                 ),
                 Group::Message(_) => None,

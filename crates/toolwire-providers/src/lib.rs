@@ -13,7 +13,9 @@
 //!
 //! **Invariants.** Knows no front door and no store: a provider turns a
 //! [`ModelRequest`] into wire JSON and a wire stream into events, nothing
-//! else. A call is bounded in time and size whatever the server does
+//! else (the images a path refers to come resolved in the request, as
+//! [`RequestImages`]; a model without vision, or an image whose bytes are
+//! missing, gets a text placeholder naming it). A call is bounded in time and size whatever the server does
 //! ([`StreamLimits`]); errors never carry an API key or a URL's secrets.
 //! Every tool call sent to a model has a result (a path still missing one
 //! gets [`toolwire_core::NOT_RUN_AFTER_STOP`]).
@@ -26,6 +28,7 @@
 pub mod anthropic;
 mod history;
 mod http;
+mod images;
 pub mod openai;
 pub mod openai_responses;
 pub mod prompt_cache;
@@ -45,6 +48,7 @@ use toolwire_core::ToolSpec;
 
 pub use anthropic::AnthropicProvider;
 pub use http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
+pub use images::RequestImages;
 pub use openai::OpenAiProvider;
 pub use openai_responses::OpenAiResponsesProvider;
 pub use registry::{Capabilities, ModelEntry, ModelInfo, Models, RegistryError};
@@ -61,6 +65,10 @@ pub struct ModelRequest {
     /// message), and which model call of the turn (1-based).
     pub turn: usize,
     pub iteration: u32,
+    /// The bytes of the images the path refers to, and whether the model
+    /// sees them (each provider writes them in its own format, or a text
+    /// placeholder in their place).
+    pub images: RequestImages,
 }
 
 /// Why a model call failed.

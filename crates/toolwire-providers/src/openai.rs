@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 use toolwire_core::{Message, Role};
 use toolwire_stream::OpenAiChatDecoder;
 
-use crate::history::{Group, grouped, plain_text};
+use crate::history::{Answer, Group, grouped, images, plain_text};
 use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::images::{RequestImages, Shown};
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 use toolwire_core::ToolSpec;
 
@@ -39,7 +40,7 @@ impl OpenAiProvider {
             "model": self.model,
             "stream": true,
             "stream_options": {"include_usage": true},
-            "messages": messages(&request.system, &request.messages),
+            "messages": messages(&request.system, &request.messages, &request.images),
         });
         body[self.max_tokens_field()] = json!(self.settings.max_tokens);
         if self.native_tools && !request.tools.is_empty() {
@@ -107,8 +108,10 @@ fn tool(spec: &ToolSpec) -> Value {
 }
 
 /// The conversation as chat messages: tool results become `tool` messages
-/// in the order of the calls they answer.
-pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
+/// in the order of the calls they answer. A user message with images
+/// carries content parts (its text, then `image_url` parts with data URLs);
+/// one without keeps plain string content.
+pub fn messages(system: &str, path: &[Message], shown: &RequestImages) -> Vec<Value> {
     let mut out = Vec::new();
     if !system.is_empty() {
         out.push(json!({"role": "system", "content": system}));
@@ -116,10 +119,22 @@ pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
     for group in grouped(path) {
         match group {
             Group::Message(m) => match m.role {
-                Role::System | Role::User => out.push(json!({
-                    "role": if m.role == Role::User { "user" } else { "system" },
-                    "content": plain_text(m),
-                })),
+                Role::System => out.push(json!({"role": "system", "content": plain_text(m)})),
+                Role::User => {
+                    let images = images(m);
+                    let content = if images.is_empty() {
+                        json!(plain_text(m))
+                    } else {
+                        let mut parts = Vec::new();
+                        let text = plain_text(m);
+                        if !text.is_empty() {
+                            parts.push(json!({"type": "text", "text": text}));
+                        }
+                        parts.extend(images.into_iter().map(|i| image_part(shown.show(i))));
+                        Value::Array(parts)
+                    };
+                    out.push(json!({"role": "user", "content": content}));
+                }
                 Role::Assistant => {
                     let mut msg = json!({"role": "assistant", "content": m.text()});
                     let calls: Vec<Value> = m
@@ -139,12 +154,46 @@ pub fn messages(system: &str, path: &[Message]) -> Vec<Value> {
                 }
                 Role::Tool => {}
             },
-            Group::Results(results) => {
-                for (id, content, _) in results {
-                    out.push(json!({"role": "tool", "tool_call_id": id.0, "content": content}));
-                }
-            }
+            Group::Results(results) => tool_messages(&mut out, results, shown),
         }
     }
     out
+}
+
+/// The results as `tool` messages. A `tool` message's content is text on
+/// many servers that speak this format (vLLM, llama.cpp, Ollama, older
+/// OpenAI models), so images a tool returned go in one `user` message
+/// after the results, each after a line naming its call: what codex and
+/// other agents send. Placeholders (a model without vision) stay in the
+/// result's text.
+fn tool_messages(out: &mut Vec<Value>, results: Vec<Answer>, shown: &RequestImages) {
+    let mut parts = Vec::new();
+    for answer in results {
+        let mut content = answer.content;
+        content.push_str(&shown.placeholders(&answer.images));
+        let visible: Vec<_> = answer.images.iter().filter(|i| shown.visible(i)).collect();
+        if !visible.is_empty() {
+            let plural = if visible.len() == 1 { "" } else { "s" };
+            parts.push(json!({
+                "type": "text",
+                "text": format!("The image{plural} tool call {} returned:", answer.id.0),
+            }));
+            parts.extend(visible.into_iter().map(|i| image_part(shown.show(i))));
+        }
+        out.push(json!({"role": "tool", "tool_call_id": answer.id.0, "content": content}));
+    }
+    if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts}));
+    }
+}
+
+/// An image as a content part: a data URL, or the placeholder as text.
+fn image_part(shown: Shown) -> Value {
+    match shown {
+        Shown::Image { media_type, data } => json!({
+            "type": "image_url",
+            "image_url": {"url": format!("data:{media_type};base64,{data}")},
+        }),
+        Shown::Placeholder(text) => json!({"type": "text", "text": text}),
+    }
 }

@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use toolwire_core::{Message, Role, ToolSpec};
 use toolwire_stream::OpenAiResponsesDecoder;
 
-use crate::history::{Group, grouped, plain_text};
+use crate::history::{Group, grouped, images, plain_text};
 use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::images::{RequestImages, Shown};
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 
 pub use crate::openai::DEFAULT_BASE_URL;
@@ -46,7 +47,7 @@ impl OpenAiResponsesProvider {
             "stream": true,
             "store": false,
             "max_output_tokens": self.settings.max_tokens,
-            "input": input(&request.messages),
+            "input": input(&request.messages, &request.images),
         });
         if !request.system.is_empty() {
             body["instructions"] = json!(request.system);
@@ -101,24 +102,25 @@ fn tool(spec: &ToolSpec) -> Value {
 /// The conversation as Responses input items: messages, then each call as
 /// a `function_call` item and its result as a `function_call_output` item
 /// with the same `call_id`, in the order of the calls.
-pub fn input(path: &[Message]) -> Vec<Value> {
+pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
     let mut out = Vec::new();
     for group in grouped(path) {
         match group {
             Group::Message(m) => match m.role {
                 Role::User | Role::System => {
                     let text = plain_text(m);
+                    let mut content = Vec::new();
                     if !text.is_empty() {
+                        content.push(json!({"type": "input_text", "text": text}));
+                    }
+                    content.extend(images(m).into_iter().map(|i| image_part(shown.show(i))));
+                    if !content.is_empty() {
                         let role = if m.role == Role::User {
                             "user"
                         } else {
                             "system"
                         };
-                        out.push(json!({
-                            "type": "message",
-                            "role": role,
-                            "content": [{"type": "input_text", "text": text}],
-                        }));
+                        out.push(json!({"type": "message", "role": role, "content": content}));
                     }
                 }
                 Role::Assistant => {
@@ -142,17 +144,45 @@ pub fn input(path: &[Message]) -> Vec<Value> {
                 Role::Tool => {}
             },
             Group::Results(results) => {
-                for (id, content, _) in results {
+                // As with chat completions: a tool's images follow its
+                // output in a user message, placeholders stay in the text.
+                let mut parts = Vec::new();
+                for answer in results {
+                    let mut output = answer.content;
+                    output.push_str(&shown.placeholders(&answer.images));
+                    let visible: Vec<_> =
+                        answer.images.iter().filter(|i| shown.visible(i)).collect();
+                    if !visible.is_empty() {
+                        parts.push(json!({
+                            "type": "input_text",
+                            "text": format!("The images tool call {} returned:", answer.id.0),
+                        }));
+                        parts.extend(visible.into_iter().map(|i| image_part(shown.show(i))));
+                    }
                     out.push(json!({
                         "type": "function_call_output",
-                        "call_id": id.0,
-                        "output": content,
+                        "call_id": answer.id.0,
+                        "output": output,
                     }));
+                }
+                if !parts.is_empty() {
+                    out.push(json!({"type": "message", "role": "user", "content": parts}));
                 }
             }
         }
     }
     out
+}
+
+/// An image as an input part: a data URL, or the placeholder as text.
+fn image_part(shown: Shown) -> Value {
+    match shown {
+        Shown::Image { media_type, data } => json!({
+            "type": "input_image",
+            "image_url": format!("data:{media_type};base64,{data}"),
+        }),
+        Shown::Placeholder(text) => json!({"type": "input_text", "text": text}),
+    }
 }
 
 #[cfg(test)]
@@ -214,11 +244,12 @@ mod tests {
                     tool_use_id: ToolCallId("call_a".into()),
                     content: "A".into(),
                     is_error: false,
+                    images: Vec::new(),
                 }],
             ),
         ];
         assert_eq!(
-            input(&path),
+            input(&path, &RequestImages::default()),
             vec![
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read a and b"}]}),
                 json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Reading."}]}),
@@ -227,6 +258,40 @@ mod tests {
                 json!({"type": "function_call_output", "call_id": "call_a", "output": "A"}),
                 json!({"type": "function_call_output", "call_id": "call_b", "output": NOT_RUN_AFTER_STOP}),
             ]
+        );
+    }
+
+    #[test]
+    fn images_are_input_image_parts_or_placeholders() {
+        let png = b"\x89PNG\r\n\x1a\nrest";
+        let image = toolwire_core::BlobRef::of("image/png", png);
+        let path = vec![message(
+            Role::User,
+            vec![text("what is this?"), ContentBlock::Image(image.clone())],
+        )];
+        let mut bytes = std::collections::HashMap::new();
+        bytes.insert(image.sha256.clone(), std::sync::Arc::<[u8]>::from(&png[..]));
+        let seen = input(
+            &path,
+            &RequestImages {
+                vision: true,
+                bytes,
+            },
+        );
+        assert_eq!(seen[0]["content"][1]["type"], "input_image");
+        assert!(
+            seen[0]["content"][1]["image_url"]
+                .as_str()
+                .unwrap()
+                .starts_with("data:image/png;base64,")
+        );
+        let blind = input(&path, &RequestImages::default());
+        assert_eq!(blind[0]["content"][1]["type"], "input_text");
+        assert!(
+            blind[0]["content"][1]["text"]
+                .as_str()
+                .unwrap()
+                .contains("cannot see images")
         );
     }
 
@@ -244,6 +309,7 @@ mod tests {
             }],
             turn: 0,
             iteration: 1,
+            images: RequestImages::default(),
         };
         let body = provider(true).body(&request);
         assert_eq!(body["model"], "o4-mini");

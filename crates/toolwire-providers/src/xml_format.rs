@@ -56,17 +56,24 @@ pub fn as_text_protocol(path: &[Message]) -> Vec<Message> {
             Group::Message(m) => out.push(m.clone()),
             Group::Results(results) => {
                 let mut text = String::new();
-                for (id, content, is_error) in results {
+                let mut images = Vec::new();
+                for answer in results {
+                    let (id, content, is_error) = (answer.id, answer.content, answer.is_error);
                     let _ = writeln!(
                         text,
                         "<tool_result call_id=\"{id}\" error=\"{is_error}\">\n{content}\n</tool_result>"
                     );
+                    // The text protocol has no place for an image in a
+                    // result: it follows the results, in the same message.
+                    images.extend(answer.images.into_iter().map(ContentBlock::Image));
                 }
+                let mut content = vec![ContentBlock::Text { text }];
+                content.extend(images);
                 out.push(Message::new(
                     path[0].conversation_id,
                     None,
                     Role::User,
-                    vec![ContentBlock::Text { text }],
+                    content,
                 ));
             }
         }

@@ -158,9 +158,9 @@ impl From<EngineError> for ApiError {
                 "Cannot process approval response: No tool call is currently awaiting approval. \
                  Please send a regular message to interact with the agent.",
             ),
-            EngineError::ClientToolApproved(_) | EngineError::UnknownModel(_) => {
-                Self::bad_request(e.to_string())
-            }
+            EngineError::ClientToolApproved(_)
+            | EngineError::UnknownModel(_)
+            | EngineError::Image(_) => Self::bad_request(e.to_string()),
             EngineError::ApprovalMismatch {
                 ref expected,
                 ref received,

@@ -5,7 +5,8 @@
 //! client-side tools), the live conversation view's API ([`live`]:
 //! conversation trees over REST, each conversation's events and its
 //! turn's control over a WebSocket, as `src/live/PROTOCOL.md` says), its
-//! OpenAPI document, API keys, browser origin safety ([`origin`]), and the
+//! stored images by hash (`/v1/blobs/{sha256}`), its OpenAPI document,
+//! API keys, browser origin safety ([`origin`]), and the
 //! server's life (bind, serve within connection limits, graceful
 //! shutdown).
 //!
@@ -26,6 +27,7 @@
 
 pub mod agents;
 mod auth;
+mod blobs;
 mod connections;
 mod decisions;
 pub mod error;
@@ -74,6 +76,7 @@ pub enum ServeError {
 pub fn router(state: AppState) -> Router {
     let v1 = letta::routes()
         .merge(live::routes())
+        .route("/v1/blobs/{sha256}", get(blobs::get))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

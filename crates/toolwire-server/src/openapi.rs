@@ -161,6 +161,14 @@ const OPERATIONS: &[Operation] = &[
         None,
         "ModelList",
     ),
+    (
+        "get",
+        "/v1/blobs/{sha256}",
+        "get_blob",
+        "A stored image's bytes, by the SHA-256 its messages name",
+        None,
+        "Blob",
+    ),
     // The live view (src/live/PROTOCOL.md); its WebSocket is not HTTP
     // and is not listed.
     (
@@ -788,6 +796,12 @@ fn ok_content(id: &str, response: &str) -> Value {
     match id {
         "send_message" => json!({"application/json": json, "text/event-stream": stream}),
         "send_message_streaming" => json!({"text/event-stream": stream}),
+        "get_blob" => json!({
+            "image/png": {"schema": {"type": "string", "format": "binary"}},
+            "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
+            "image/gif": {"schema": {"type": "string", "format": "binary"}},
+            "image/webp": {"schema": {"type": "string", "format": "binary"}},
+        }),
         _ => json!({"application/json": json}),
     }
 }

@@ -84,6 +84,7 @@ fn tool_loop_message(parent: MessageId, c: toolwire_core::ConversationId, i: usi
                 tool_use_id: call,
                 content: format!("fn f{i}() {{}}\n").repeat(4),
                 is_error: false,
+                images: Vec::new(),
             }],
         ),
         _ => (

@@ -18,7 +18,7 @@ use std::fmt;
 use serde::Deserializer as _;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use toolwire_core::{ContentBlock, Priority, ToolCallId};
+use toolwire_core::{BlobRef, ContentBlock, Priority, ToolCallId};
 
 /// The content list in `json`, or `None` if it is not in a shape this
 /// reader knows (the general way must then read it).
@@ -149,11 +149,13 @@ impl<'de> Visitor<'de> for Block {
             "tool_result" => {
                 let (mut id, mut content) = (Field::<String>::default(), Field::default());
                 let mut is_error = Field::<bool>::default();
+                let mut images = Field::<Vec<BlobRef>>::default();
                 while let Some(key) = map.next_key::<&str>()? {
                     match key {
                         "tool_use_id" => id.set(&mut map)?,
                         "content" => content.set(&mut map)?,
                         "is_error" => is_error.set(&mut map)?,
+                        "images" => images.set(&mut map)?,
                         "type" => return Err(give_up()),
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }
@@ -162,7 +164,26 @@ impl<'de> Visitor<'de> for Block {
                     tool_use_id: ToolCallId(id.get()?),
                     content: content.get()?,
                     is_error: is_error.0.unwrap_or_default(),
+                    images: images.0.unwrap_or_default(),
                 }
+            }
+            "image" => {
+                let (mut media_type, mut sha256) = (Field::<String>::default(), Field::default());
+                let mut bytes_len = Field::<u64>::default();
+                while let Some(key) = map.next_key::<&str>()? {
+                    match key {
+                        "media_type" => media_type.set(&mut map)?,
+                        "sha256" => sha256.set(&mut map)?,
+                        "bytes_len" => bytes_len.set(&mut map)?,
+                        "type" => return Err(give_up()),
+                        _ => drop(map.next_value::<IgnoredAny>()?),
+                    }
+                }
+                ContentBlock::Image(BlobRef {
+                    media_type: media_type.get()?,
+                    sha256: sha256.get()?,
+                    bytes_len: bytes_len.get()?,
+                })
             }
             "notification" => {
                 let mut source = Field::<String>::default();
@@ -218,6 +239,13 @@ mod tests {
             r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","is_error":true}]"#,
             r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","is_error":null}]"#,
             r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","is_error":1}]"#,
+            r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","images":[{"media_type":"image/png","sha256":"ab","bytes_len":3}]}]"#,
+            r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","images":null}]"#,
+            r#"[{"type":"tool_result","tool_use_id":"c1","content":"out","images":[{"media_type":"image/png"}]}]"#,
+            r#"[{"type":"image","media_type":"image/png","sha256":"ab","bytes_len":3}]"#,
+            r#"[{"type":"image","media_type":"image/png","sha256":"ab","bytes_len":-3}]"#,
+            r#"[{"type":"image","media_type":"image/png","sha256":"ab"}]"#,
+            r#"[{"type":"image","media_type":"image/png","sha256":"ab","bytes_len":3,"extra":1}]"#,
             r#"[{"type":"notification","source":"ci","text":"red"}]"#,
             r#"[{"type":"notification","source":"ci","priority":"high","text":"red"}]"#,
             r#"[{"type":"notification","source":"ci","priority":"urgent","text":"red"}]"#,
@@ -268,7 +296,15 @@ mod tests {
                 tool_use_id: ToolCallId("c1".into()),
                 content: "line\n\"quoted\"".into(),
                 is_error: true,
+                images: Vec::new(),
             },
+            ContentBlock::ToolResult {
+                tool_use_id: ToolCallId("c3".into()),
+                content: "shot".into(),
+                is_error: false,
+                images: vec![BlobRef::of("image/png", b"png bytes")],
+            },
+            ContentBlock::Image(BlobRef::of("image/jpeg", b"jpeg bytes")),
             ContentBlock::Notification {
                 source: "ci".into(),
                 priority: Priority::High,

@@ -1,7 +1,8 @@
 //! # toolwire-store
 //!
 //! **Owns** persistence: conversations and their message trees, runs
-//! (turns), the instances that own them, the event log and documents,
+//! (turns), the instances that own them, the event log, documents and
+//! blobs (images, each kept once under the SHA-256 of its bytes),
 //! behind two traits: [`StoreRead`] (every read: what a front door may be
 //! handed) and [`Store`] (those and every write). Two backends:
 //! SQLite (default, one embedded file in WAL mode, or in memory), on
@@ -36,8 +37,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use toolwire_core::redact::redact_url;
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
-    TreeError,
+    AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+    StopReason, TreeError,
 };
 
 pub use postgres::PostgresStore;
@@ -154,6 +155,13 @@ pub struct StoredEvent {
     pub event: AgentEvent,
 }
 
+/// Bytes kept once under their SHA-256 (an image a message refers to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+}
+
 /// A JSON document kept for a front door or the engine (an agent, a tool,
 /// a paused turn), named by its kind and id. The store does not read the
 /// body.
@@ -218,6 +226,9 @@ pub trait StoreRead: Send + Sync + 'static {
     /// Every message of the conversation (the whole tree), in the order
     /// they were stored.
     async fn messages(&self, conversation: ConversationId) -> Result<Vec<Message>>;
+
+    /// The blob stored under `sha256` (64 lowercase hex digits), if any.
+    async fn blob(&self, sha256: &str) -> Result<Option<Blob>>;
 }
 
 /// Persistence of conversation trees, runs and events: [`StoreRead`] and
@@ -328,6 +339,11 @@ pub trait Store: StoreRead {
         kind: &str,
         changes: &[(String, Option<serde_json::Value>)],
     ) -> Result<()>;
+
+    /// Stores `bytes` once under their SHA-256 and gives the reference a
+    /// message holds. Storing the same bytes again writes nothing (the
+    /// first media type stays).
+    async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> Result<BlobRef>;
 }
 
 /// The files the store at `url` keeps on disk: a SQLite database file and

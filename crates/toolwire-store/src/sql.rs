@@ -105,6 +105,12 @@ pub(crate) const PUT_DOCUMENT: &str = "INSERT INTO documents \
     (kind, id, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
     ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at";
 
+/// A blob is written once: the same bytes again change nothing.
+pub(crate) const PUT_BLOB: &str = "INSERT INTO blobs (sha256, media_type, bytes, created_at) \
+    VALUES ($1, $2, $3, $4) ON CONFLICT (sha256) DO NOTHING";
+
+pub(crate) const SELECT_BLOB: &str = "SELECT media_type, bytes FROM blobs WHERE sha256 = $1";
+
 pub(crate) const DELETE_DOCUMENT: &str = "DELETE FROM documents WHERE kind = $1 AND id = $2";
 
 /// A new conversation and its root, for

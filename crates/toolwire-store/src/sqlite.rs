@@ -24,7 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension};
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
+    AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+    StopReason,
 };
 
 use crate::rows::{
@@ -33,7 +34,7 @@ use crate::rows::{
 };
 use crate::sql;
 use crate::{
-    ConversationSummary, Document, InstanceRecord, RunRecord, Store, StoreError, StoreRead,
+    Blob, ConversationSummary, Document, InstanceRecord, RunRecord, Store, StoreError, StoreRead,
     StoredEvent, UnfinishedRun,
 };
 
@@ -315,6 +316,22 @@ impl StoreRead for SqliteStore {
         .await
     }
 
+    async fn blob(&self, sha256: &str) -> crate::Result<Option<Blob>> {
+        let sha256 = sha256.to_owned();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(sql::SELECT_BLOB)?
+                .query_row([sha256], |r| {
+                    Ok(Blob {
+                        media_type: r.get(0)?,
+                        bytes: r.get(1)?,
+                    })
+                })
+                .optional()?)
+        })
+        .await
+    }
+
     async fn documents(&self, kind: &str) -> crate::Result<Vec<Document>> {
         let kind = kind.to_owned();
         self.read(move |conn| {
@@ -429,6 +446,10 @@ impl Store for SqliteStore {
 
     async fn delete_document(&self, kind: &str, id: &str) -> crate::Result<bool> {
         self.writer.delete_document(kind, id).await
+    }
+
+    async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> crate::Result<BlobRef> {
+        self.writer.put_blob(media_type, bytes).await
     }
 
     async fn write_documents(

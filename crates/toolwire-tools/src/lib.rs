@@ -32,6 +32,6 @@ pub use own_writes::OwnWrites;
 pub use registry::{ToolRegistry, ToolSource};
 pub use tool::{
     MAX_HELD_OUTPUT, NotificationSink, Notifier, ProgressHandle, Tool, ToolContext, ToolError,
-    ToolOutput,
+    ToolImage, ToolOutput,
 };
 pub use toolwire_core::ToolSpec;

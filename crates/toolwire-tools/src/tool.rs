@@ -17,6 +17,44 @@ pub struct ToolOutput {
     pub content: String,
     /// The tool ran but reports a failure (the model should see it as one).
     pub is_error: bool,
+    /// Images it returned, shown to the model after the text (the engine
+    /// stores each once and keeps a reference in the result).
+    pub images: Vec<ToolImage>,
+}
+
+/// An image a tool returned: checked to be a PNG, JPEG, GIF or WebP
+/// within [`toolwire_core::MAX_IMAGE_BYTES`] (see [`ToolImage::new`]).
+#[derive(Clone, PartialEq)]
+pub struct ToolImage {
+    media_type: &'static str,
+    bytes: Vec<u8>,
+}
+
+impl ToolImage {
+    /// `bytes` as an image, if they are one within the limit; `declared`
+    /// (the type a server named) only words the error.
+    pub fn new(bytes: Vec<u8>, declared: Option<&str>) -> Result<Self, toolwire_core::ImageError> {
+        let media_type = toolwire_core::image::check_image(&bytes, declared)?;
+        Ok(ToolImage { media_type, bytes })
+    }
+
+    /// What the bytes are (`image/png`, …), by their first bytes.
+    pub fn media_type(&self) -> &'static str {
+        self.media_type
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl std::fmt::Debug for ToolImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolImage")
+            .field("media_type", &self.media_type)
+            .field("bytes_len", &self.bytes.len())
+            .finish()
+    }
 }
 
 impl ToolOutput {
@@ -24,6 +62,7 @@ impl ToolOutput {
         ToolOutput {
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -31,7 +70,14 @@ impl ToolOutput {
         ToolOutput {
             content: content.into(),
             is_error: true,
+            images: Vec::new(),
         }
+    }
+
+    /// With `images` after the text.
+    pub fn with_images(mut self, images: Vec<ToolImage>) -> Self {
+        self.images = images;
+        self
     }
 }
 

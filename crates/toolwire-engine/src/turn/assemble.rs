@@ -39,13 +39,34 @@ impl Turn<'_> {
         took: Duration,
         reminder: Option<String>,
     ) -> Result<(), Stop> {
-        let (content, is_error, error) = match result {
-            Ok(out) => (out.content, out.is_error, None),
+        let (mut content, is_error, error, images) = match result {
+            Ok(out) => (out.content, out.is_error, None, out.images),
             Err(e) => {
                 let text = format!("Error: {e}");
-                (text.clone(), true, Some(e.to_string()))
+                (text.clone(), true, Some(e.to_string()), Vec::new())
             }
         };
+        // Each image is stored once, by hash, before the result that
+        // refers to it: a result never names bytes the store lacks.
+        let mut refs = Vec::with_capacity(images.len());
+        for image in images {
+            match self
+                .cx
+                .store
+                .put_blob(image.media_type(), image.bytes())
+                .await
+            {
+                Ok(r) => refs.push(r),
+                Err(e) => {
+                    tracing::warn!(call = %call_id.0, error = %e, "a tool's image could not be stored");
+                    content.push_str(&format!(
+                        "\n[image: {}, {} bytes: not kept, the store failed: {e}]",
+                        image.media_type(),
+                        image.bytes().len()
+                    ));
+                }
+            }
+        }
         if let Some(reminder) = reminder {
             // Reminder-mode interjections travel as notifications.
             self.cx.notifications.push(
@@ -62,6 +83,7 @@ impl Turn<'_> {
                 tool_use_id: call_id.clone(),
                 content,
                 is_error,
+                images: refs,
             }],
         );
         message.duration_ms = Some(took.as_millis() as u64);
@@ -175,6 +197,7 @@ impl Turn<'_> {
             tool_use_id: call_id,
             content: String::new(),
             is_error: false,
+            images: Vec::new(),
         }];
         content.extend(batch.blocks());
         let result = Message::new(self.conversation, Some(call.id), Role::Tool, content);

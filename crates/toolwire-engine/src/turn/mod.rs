@@ -18,7 +18,7 @@ mod tools;
 use std::any::Any;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use tokio::sync::oneshot;
@@ -179,6 +179,9 @@ struct Turn<'a> {
     options: TurnOptions,
     /// Told once the turn's first step is stored (or cannot be).
     begun: Option<oneshot::Sender<Result<(), String>>>,
+    /// The bytes of the images its steps sent, by SHA-256: each read from
+    /// the store once per turn.
+    blobs: HashMap<String, Arc<[u8]>>,
 }
 
 /// Runs a turn to its end: stores how it ended and publishes it, whether
@@ -210,6 +213,7 @@ pub(crate) async fn run(
         iterations_before: 0,
         options,
         begun: Some(begun),
+        blobs: HashMap::new(),
     };
     // The turn's state is dropped with it; only the store is read after.
     let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {

@@ -1,6 +1,8 @@
 //! The model step: one model call, streamed out as it comes, and the
 //! assistant message it becomes.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -8,7 +10,9 @@ use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
 use toolwire_core::{
     AgentEvent, GatedCall, Message, MessageId, MessageStatus, Role, StopReason, ToolCallId,
 };
-use toolwire_providers::{EventStream, ModelEntry, ModelRequest, ToolFormat, xml_format};
+use toolwire_providers::{
+    EventStream, ModelEntry, ModelRequest, RequestImages, ToolFormat, xml_format,
+};
 use toolwire_stream::StreamEvent;
 use toolwire_tools::ToolSpec;
 
@@ -38,9 +42,10 @@ impl<'a> Turn<'a> {
         // fallback) to the message they become; announced with the first
         // batch (no write of its own).
         let message_id = MessageId::new();
+        let images = self.images(&path).await?;
         let started = Instant::now();
         let (stream, answering) = tokio::select! {
-            s = self.open_stream(&path, iteration, message_id) => s?,
+            s = self.open_stream(&path, iteration, message_id, &images) => s?,
             _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
         let mut step = StepState::new(self.tool_format(answering));
@@ -187,11 +192,21 @@ impl<'a> Turn<'a> {
         path: &[Message],
         iteration: u32,
         message_id: MessageId,
+        images: &HashMap<String, Arc<[u8]>>,
     ) -> Result<(EventStream, &'a ModelEntry), Stop> {
         let mut model: &'a ModelEntry = self.model;
         let mut fallbacks = self.model.info.fallback.iter();
         loop {
-            let request = self.request(model, path, iteration);
+            let mut request = self.request(model, path, iteration);
+            let vision = model.info.capabilities.vision;
+            request.images = RequestImages {
+                vision,
+                bytes: if vision {
+                    images.clone()
+                } else {
+                    HashMap::new()
+                },
+            };
             let error = match model.provider.stream(&request).await {
                 Ok(stream) => return Ok((stream, model)),
                 Err(e) => e,
@@ -268,6 +283,7 @@ impl<'a> Turn<'a> {
                 tools,
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
+                images: RequestImages::default(),
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
@@ -275,8 +291,48 @@ impl<'a> Turn<'a> {
                 tools: Vec::new(),
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
+                images: RequestImages::default(),
             },
         }
+    }
+
+    /// The bytes of the images `path` refers to, read from the store once
+    /// per turn; none when neither the turn's model nor its fallbacks see
+    /// images (they are shown placeholders). An image whose bytes are gone
+    /// is left out: the provider names it as missing.
+    async fn images(&mut self, path: &[Message]) -> Result<HashMap<String, Arc<[u8]>>, Stop> {
+        let vision = std::iter::once(self.model)
+            .chain(
+                self.model
+                    .info
+                    .fallback
+                    .iter()
+                    .filter_map(|name| self.cx.models.get(name)),
+            )
+            .any(|m| m.info.capabilities.vision);
+        let mut bytes = HashMap::new();
+        if vision {
+            for image in path.iter().flat_map(Message::images) {
+                if bytes.contains_key(&image.sha256) {
+                    continue;
+                }
+                if let Some(kept) = self.blobs.get(&image.sha256) {
+                    bytes.insert(image.sha256.clone(), Arc::clone(kept));
+                    continue;
+                }
+                match self.cx.store.blob(&image.sha256).await? {
+                    Some(blob) => {
+                        let kept: Arc<[u8]> = blob.bytes.into();
+                        self.blobs.insert(image.sha256.clone(), Arc::clone(&kept));
+                        bytes.insert(image.sha256.clone(), kept);
+                    }
+                    None => {
+                        tracing::warn!(sha256 = %image.sha256, "an image of the path is missing from the store");
+                    }
+                }
+            }
+        }
+        Ok(bytes)
     }
 
     /// What a stream event means to clients: an event to publish, nothing

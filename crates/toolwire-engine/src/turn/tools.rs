@@ -144,9 +144,11 @@ impl Turn<'_> {
                     Some(Decision::Deny { reason }) => {
                         Some(ToolOutput::error(Decision::denial_text(reason.as_deref())))
                     }
-                    Some(Decision::Result { content, is_error }) => {
-                        Some(ToolOutput { content, is_error })
-                    }
+                    Some(Decision::Result { content, is_error }) => Some(ToolOutput {
+                        content,
+                        is_error,
+                        images: Vec::new(),
+                    }),
                 };
                 call
             })

@@ -10,11 +10,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use toolwire_core::{Decision, ToolCallId};
+use toolwire_core::{ContentBlock, Decision, ToolCallId};
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 use toolwire_tools::ToolSpec;
 
@@ -54,9 +56,72 @@ pub struct MessageRequest {
 #[derive(Debug, Default)]
 struct Asked {
     text: Vec<String>,
+    /// Images of the user's messages (decoded, not yet checked): bytes
+    /// and the media type the client named.
+    images: Vec<(Vec<u8>, String)>,
     decisions: Vec<(ToolCallId, Decision)>,
     /// Legacy approval: one answer for every waiting call.
     approve_all: Option<(bool, Option<String>)>,
+}
+
+/// The images of a content value: its `image` parts, each with a base64
+/// source (Letta's `ImageContent`), decoded. Other sources are refused:
+/// toolwire fetches no URL for a client.
+fn content_images(content: &Value, at: usize) -> Result<Vec<(Vec<u8>, String)>, ApiError> {
+    let Value::Array(parts) = content else {
+        return Ok(Vec::new());
+    };
+    let mut images = Vec::new();
+    for (j, part) in parts.iter().enumerate() {
+        // Letta's SDKs may leave out the `type`s they default.
+        let kind = part.get("type").and_then(Value::as_str);
+        if kind != Some("image") && !(kind.is_none() && part.get("source").is_some()) {
+            continue;
+        }
+        let source = part.get("source").unwrap_or(&Value::Null);
+        let kind = match source.get("type").and_then(Value::as_str) {
+            Some(kind) => kind,
+            None if source.get("url").is_some() => "url",
+            None => "base64",
+        };
+        // A `letta` source carries its data too; toolwire keeps no file ids.
+        let has_data = source.get("data").is_some_and(Value::is_string);
+        if !(kind == "base64" || (kind == "letta" && has_data)) {
+            return Err(ApiError::bad_request(format!(
+                "messages[{at}].content[{j}]: an image's source must be \
+                 {{\"type\": \"base64\", \"media_type\": …, \"data\": …}}, not `{kind}` \
+                 (toolwire fetches no URL and keeps no file ids)"
+            )));
+        }
+        let media_type = source
+            .get("media_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let data = source.get("data").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "messages[{at}].content[{j}]: an image needs its base64 `data`"
+            ))
+        })?;
+        // Decoded, a base64 text is three quarters of its length: a text far
+        // over the limit is refused before it is decoded.
+        if data.len() / 4 * 3 > toolwire_core::MAX_IMAGE_BYTES + 3 {
+            let e = toolwire_core::ImageError::TooLarge {
+                bytes: data.len() / 4 * 3,
+                limit: toolwire_core::MAX_IMAGE_BYTES,
+            };
+            return Err(ApiError::bad_request(format!(
+                "messages[{at}].content[{j}]: {e}"
+            )));
+        }
+        let bytes = STANDARD.decode(data.trim()).map_err(|e| {
+            ApiError::bad_request(format!(
+                "messages[{at}].content[{j}]: the image's data is not base64: {e}"
+            ))
+        })?;
+        images.push((bytes, media_type));
+    }
+    Ok(images)
 }
 
 /// The text of a content value: a string, or a list of parts whose text
@@ -186,6 +251,7 @@ fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
                     ApiError::bad_request(format!("messages[{i}]: content is required"))
                 })?;
                 asked.text.push(content_text(content)?);
+                asked.images.extend(content_images(content, i)?);
             }
         }
     }
@@ -260,7 +326,41 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
         }
     }
     let then = (!asked.text.is_empty()).then(|| asked.text.join("\n\n"));
-    let handle = if !asked.decisions.is_empty() {
+    if !asked.images.is_empty() && !asked.decisions.is_empty() {
+        return Err(ApiError::bad_request(
+            "images come in a user message of their own, not with approvals or tool returns",
+        ));
+    }
+    // Each image stored (once, by hash) through the engine before the
+    // message that refers to it; a refused one stops the request here.
+    let mut images = Vec::with_capacity(asked.images.len());
+    for (i, (bytes, declared)) in asked.images.iter().enumerate() {
+        let declared = (!declared.is_empty()).then_some(declared.as_str());
+        let image = state
+            .engine
+            .put_image(bytes, declared)
+            .await
+            .map_err(|e| match e {
+                toolwire_engine::EngineError::Image(e) => {
+                    ApiError::bad_request(format!("image {}: {e}", i + 1))
+                }
+                other => other.into(),
+            })?;
+        images.push(ContentBlock::Image(image));
+    }
+    let handle = if !images.is_empty() {
+        let mut content = Vec::with_capacity(images.len() + 1);
+        if let Some(text) = then {
+            content.push(ContentBlock::Text { text });
+        }
+        content.extend(images);
+        Some(
+            state
+                .engine
+                .send_content_with(conversation, content, None, options)
+                .await?,
+        )
+    } else if !asked.decisions.is_empty() {
         match state
             .engine
             .respond(conversation, asked.decisions, then, options)

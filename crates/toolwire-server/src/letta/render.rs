@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval,
+    AgentEvent, BlobRef, ContentBlock, Decision, GatedCall, Message, MessageId, PendingApproval,
     ResolvedApproval, Role, RunId, StopReason, ToolCall, ToolCallId, Usage, format_block,
 };
 
@@ -145,7 +145,7 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
             json!({"content": m.text()}),
         )),
         Role::User => {
-            let text = m.text();
+            let text = with_mentions(m.text(), m.images());
             if !text.is_empty() {
                 out.push(with(
                     base("user_message", id, date, None),
@@ -217,6 +217,18 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
     out
 }
 
+/// `text` with a line naming each image (Letta's messages here carry
+/// text; the image itself is at `/v1/blobs/{sha256}`).
+fn with_mentions<'a>(mut text: String, images: impl Iterator<Item = &'a BlobRef>) -> String {
+    for image in images {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&image.mention());
+    }
+    text
+}
+
 /// The `tool_return_message`s of a tool message.
 fn tool_returns(m: &Message, run: Option<RunId>) -> Vec<Value> {
     m.content
@@ -226,12 +238,13 @@ fn tool_returns(m: &Message, run: Option<RunId>) -> Vec<Value> {
                 tool_use_id,
                 content,
                 is_error,
+                images,
             } => Some(tool_return(
                 m.id,
                 m.created_at,
                 run,
                 &tool_use_id.0,
-                content,
+                &with_mentions(content.clone(), images.iter()),
                 *is_error,
             )),
             _ => None,

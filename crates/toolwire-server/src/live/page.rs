@@ -16,9 +16,10 @@ const STYLE_CSS: &str = include_str!("page/style.css");
 
 /// Everything from this server only: no inline script or style, no
 /// framing, no form posts elsewhere. `connect-src 'self'` covers the
-/// same-origin WebSocket.
+/// same-origin WebSocket; `img-src blob:` the stored images, fetched with
+/// the API key and shown from object URLs.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+    img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
 /// `/` (the page) and `/assets/*` (its script and style sheet).

@@ -103,6 +103,33 @@ test('a turn with two tool calls shows two cards, in order, with live status', a
   passed();
 });
 
+// One red pixel, a real PNG the browser decodes.
+const PIXEL_PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==', 'base64');
+
+test("an image a tool returned is drawn in its card, and again after a reload", async (t) => {
+  const { server, page, passed } = await setup(t, {
+    script: 'image.yaml',
+    files: { 'pixel.png': PIXEL_PNG },
+  });
+  const conv = await server.api('POST', '/v1/conversations', { title: 'image' });
+  await openPage(page, server, conv.id);
+  await sendMessage(page, 'What is in pixel.png?');
+  await waitTurnEnd(page);
+
+  // Fetched from /v1/blobs/{sha256} and decoded: the CSP let it in.
+  const drawn = () => page.waitForFunction(() => {
+    const img = document.querySelector('.tool-card .tool-images img.msg-image');
+    return img && img.complete && img.naturalWidth === 1 ? img.alt : null;
+  });
+  assert.equal(await (await drawn()).jsonValue(), 'image: image/png, 70 B');
+  assert.match(await page.locator('.tool-card .tool-result-text').innerText(), /image\/png image, 70 B/);
+  assert.equal(await page.locator('.tool-card .tool-output').isVisible(), false, 'the result is shown once');
+  await screenshot(page, 'image-in-card');
+  await reload(page);
+  assert.equal(await (await drawn()).jsonValue(), 'image: image/png, 70 B');
+  passed();
+});
+
 test('a call waiting for approval is approved from the page', async (t) => {
   const { server, page, passed } = await setup(t, { script: 'approval.yaml' });
   const tool = await server.api('POST', '/v1/tools', { source_code: SHOUT });

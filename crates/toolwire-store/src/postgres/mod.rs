@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::types::{FromSqlOwned, Json, ToSql};
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
-    TreeError,
+    AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+    StopReason, TreeError,
 };
 
 pub(crate) use pool::describe;
@@ -28,15 +28,15 @@ use crate::rows::{
 use crate::sql::{
     self, CHILDREN_AND_SELF, CONVERSATION_MESSAGES, DELETE_DOCUMENT, EVENTS_SINCE, FINISH_RUN,
     FORGET_INSTANCES, HEARTBEAT_INSTANCE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_MESSAGE,
-    INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION, MESSAGE_PLACE, PUT_DOCUMENT,
-    REGISTER_INSTANCE, RUN_EXISTS, SELECT_CONVERSATION, SELECT_DOCUMENT, SELECT_DOCUMENTS,
-    SELECT_INSTANCE, SELECT_MESSAGE, SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS, START_RUN,
-    TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS, UPDATE_MESSAGE, check_parent, check_update,
-    forked, new_conversation, path_lines,
+    INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION, MESSAGE_PLACE, PUT_BLOB,
+    PUT_DOCUMENT, REGISTER_INSTANCE, RUN_EXISTS, SELECT_BLOB, SELECT_CONVERSATION, SELECT_DOCUMENT,
+    SELECT_DOCUMENTS, SELECT_INSTANCE, SELECT_MESSAGE, SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS,
+    START_RUN, TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS, UPDATE_MESSAGE, check_parent,
+    check_update, forked, new_conversation, path_lines,
 };
 use crate::{
-    ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError, StoreRead,
-    StoredEvent, UnfinishedRun,
+    Blob, ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError,
+    StoreRead, StoredEvent, UnfinishedRun,
 };
 
 /// The path in one query: each line's part (see [`path_lines`]) is one
@@ -333,6 +333,20 @@ impl StoreRead for PostgresStore {
             .transpose()
     }
 
+    async fn blob(&self, sha256: &str) -> Result<Option<Blob>> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(SELECT_BLOB).await?;
+        let row = client.query_opt(&statement, &[&sha256]).await?;
+        Ok(row
+            .map(|r| -> Result<Blob> {
+                Ok(Blob {
+                    media_type: r.try_get(0)?,
+                    bytes: r.try_get(1)?,
+                })
+            })
+            .transpose()?)
+    }
+
     async fn documents(&self, kind: &str) -> Result<Vec<Document>> {
         all::<DocumentRow>(&self.client().await?, SELECT_DOCUMENTS, &[&kind])
             .await?
@@ -535,6 +549,18 @@ impl Store for PostgresStore {
         let seqs = insert_events(&tx, conversation, events).await?;
         tx.commit().await?;
         Ok(seqs)
+    }
+
+    async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> Result<BlobRef> {
+        let reference = BlobRef::of(media_type, bytes);
+        let client = self.client().await?;
+        execute(
+            &client,
+            PUT_BLOB,
+            &[&reference.sha256, &media_type, &bytes, &Ts::now().0],
+        )
+        .await?;
+        Ok(reference)
     }
 
     async fn delete_document(&self, kind: &str, id: &str) -> Result<bool> {

@@ -9,11 +9,12 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: [Migration; 4] = [
+pub(crate) const MIGRATIONS: [Migration; 5] = [
     migration!("sqlite", 1, "schema", "0001_schema.sql"),
     migration!("sqlite", 2, "run owner", "0002_run_owner.sql"),
     migration!("sqlite", 3, "documents", "0003_documents.sql"),
     migration!("sqlite", 4, "message fields", "0004_message_fields.sql"),
+    migration!("sqlite", 5, "blobs", "0005_blobs.sql"),
 ];
 
 /// sqlx's table, as sqlx creates it on SQLite.

@@ -10,8 +10,8 @@ use rusqlite::hooks::Action;
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use toolwire_core::{
-    AgentEvent, Conversation, ConversationId, InstanceId, Message, MessageId, RunId, StopReason,
-    TreeError,
+    AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
+    StopReason, TreeError,
 };
 use uuid::Uuid;
 
@@ -242,6 +242,27 @@ impl Writer {
             Ok(deleted > 0)
         })
         .await
+    }
+
+    pub(in crate::sqlite) async fn put_blob(
+        self: &Arc<Self>,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<BlobRef> {
+        let reference = BlobRef::of(media_type, bytes);
+        let (hash, media_type, bytes) = (
+            reference.sha256.clone(),
+            media_type.to_owned(),
+            bytes.to_vec(),
+        );
+        let now = Ts::now();
+        self.write(move |tx| {
+            tx.prepare_cached(sql::PUT_BLOB)?
+                .execute(numbered(&[&hash, &media_type, &bytes, &now]).as_slice())?;
+            Ok(())
+        })
+        .await?;
+        Ok(reference)
     }
 
     pub(in crate::sqlite) async fn write_documents(

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use toolwire_core::tree::{edited_sibling, regeneration_parent};
 use toolwire_core::{
-    AgentEvent, ContentBlock, ConversationId, InstanceId, Message, MessageId, MessageStatus, Role,
-    RunId, StopReason, TreeError, Usage,
+    AgentEvent, BlobRef, ContentBlock, ConversationId, InstanceId, Message, MessageId,
+    MessageStatus, Role, RunId, StopReason, TreeError, Usage,
 };
 use toolwire_store::{Store, StoreError};
 
@@ -96,6 +96,8 @@ macro_rules! store_tests {
             corrupt_content_is_reported,
             documents_are_kept_by_kind,
             messages_are_the_whole_tree,
+            blobs_are_kept_once_by_hash,
+            messages_hold_image_references,
         );
     };
     (@ $run:path; $($name:ident),* $(,)?) => {
@@ -1085,4 +1087,76 @@ pub async fn messages_are_the_whole_tree(db: Db) {
         matches!(err, StoreError::ConversationNotFound(id) if id == nc),
         "{err:?}"
     );
+}
+
+pub async fn blobs_are_kept_once_by_hash(db: Db) {
+    let store = &db.store;
+    // Every byte value, so neither backend may treat the bytes as text.
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let first = store.put_blob("image/png", &bytes).await.unwrap();
+    assert_eq!(first, BlobRef::of("image/png", &bytes));
+    assert_eq!(first.bytes_len, 70_000);
+    // The same bytes again: the same reference, nothing new written.
+    let again = store.put_blob("image/png", &bytes).await.unwrap();
+    assert_eq!(again, first);
+    let got = db
+        .reopen()
+        .await
+        .blob(&first.sha256)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.media_type, "image/png");
+    assert_eq!(got.bytes, bytes);
+
+    let other = store.put_blob("image/gif", b"GIF89a").await.unwrap();
+    assert_ne!(other.sha256, first.sha256);
+    assert_eq!(
+        store.blob(&other.sha256).await.unwrap().unwrap().bytes,
+        b"GIF89a"
+    );
+    let empty = store.put_blob("image/png", b"").await.unwrap();
+    assert_eq!(store.blob(&empty.sha256).await.unwrap().unwrap().bytes, b"");
+    assert_eq!(store.blob(&"0".repeat(64)).await.unwrap(), None);
+    assert_eq!(store.blob("not a hash").await.unwrap(), None);
+}
+
+pub async fn messages_hold_image_references(db: Db) {
+    let store = &db.store;
+    let c = store.create_conversation("sys", None).await.unwrap();
+    let image = store
+        .put_blob("image/png", b"\x89PNG\r\n\x1a\n")
+        .await
+        .unwrap();
+    let mut user = Message::new(
+        c.id,
+        Some(c.root_id),
+        Role::User,
+        vec![
+            ContentBlock::Text {
+                text: "what is this?".into(),
+            },
+            ContentBlock::Image(image.clone()),
+        ],
+    );
+    user.created_at = now();
+    store.append(&user).await.unwrap();
+    let mut result = Message::new(
+        c.id,
+        Some(user.id),
+        Role::Tool,
+        vec![ContentBlock::ToolResult {
+            tool_use_id: toolwire_core::ToolCallId("c1".into()),
+            content: "a screenshot".into(),
+            is_error: false,
+            images: vec![image.clone(), image.clone()],
+        }],
+    );
+    result.created_at = now();
+    store.append(&result).await.unwrap();
+    let path = db.reopen().await.path_to(result.id).await.unwrap();
+    assert_eq!(path[1], user);
+    assert_eq!(path[2], result);
+    assert_eq!(path[2].images().count(), 2);
+    assert_eq!(store.message(user.id).await.unwrap(), user);
 }

@@ -10,7 +10,8 @@ use std::io::{BufRead, BufReader, Read as _};
 use super::Workspace;
 use super::common::{looks_binary, parse_args, report_location, spec};
 use super::workspace::{Node, io_error};
-use crate::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use crate::{Tool, ToolContext, ToolError, ToolImage, ToolOutput, ToolSpec};
+use toolwire_core::MAX_IMAGE_BYTES;
 
 /// Caps what one call puts into the model's context.
 const MAX_BYTES: usize = 256 * 1024;
@@ -46,7 +47,8 @@ impl ReadFile {
         });
         let description = "Reads a UTF-8 text file from the workspace. Returns at most 256 KiB; \
             when the output is cut, a note at the end says which offset continues. \
-            Binary files are refused.";
+            PNG, JPEG, GIF and WebP images (up to 5 MiB) are returned as images; \
+            other binary files are refused.";
         ReadFile {
             workspace,
             spec: spec("read_file", description, parameters, true),
@@ -76,8 +78,8 @@ impl Tool for ReadFile {
         self.workspace
             .blocking(move |workspace| {
                 let shown = at.shown.as_str();
-                let file = match workspace.open_node(&at)? {
-                    Node::File(file, _) => file,
+                let (file, len) = match workspace.open_node(&at)? {
+                    Node::File(file, len) => (file, len),
                     Node::Dir(_) => {
                         return Err(ToolError::Refused(format!(
                             "`{shown}` is a directory; use list_dir to see its entries"
@@ -87,7 +89,13 @@ impl Tool for ReadFile {
                 report_location(&progress, &at.abs, args.offset);
                 let io = |e| io_error(shown, e);
                 let mut reader = BufReader::new(file);
-                if looks_binary(reader.fill_buf().map_err(io)?) {
+                let start = reader.fill_buf().map_err(io)?;
+                // An image by its first bytes, whatever its name: the
+                // model is shown the image itself.
+                if let Some(media_type) = toolwire_core::image::sniff(start) {
+                    return read_image(reader, shown, media_type, len);
+                }
+                if looks_binary(start) {
                     return Err(not_text(shown));
                 }
                 let read = window.read(&mut reader).map_err(io)?;
@@ -95,6 +103,35 @@ impl Tool for ReadFile {
             })
             .await
     }
+}
+
+/// The whole image, refused over [`MAX_IMAGE_BYTES`] (by the file's
+/// length, `len`, before reading, and by what was read: it may grow).
+fn read_image<R: BufRead>(
+    reader: R,
+    shown: &str,
+    media_type: &str,
+    len: u64,
+) -> Result<ToolOutput, ToolError> {
+    if len > MAX_IMAGE_BYTES as u64 {
+        let e = toolwire_core::ImageError::TooLarge {
+            bytes: usize::try_from(len).unwrap_or(usize::MAX),
+            limit: MAX_IMAGE_BYTES,
+        };
+        return Err(ToolError::Refused(format!("`{shown}`: {e}")));
+    }
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_IMAGE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(shown, e))?;
+    let image = ToolImage::new(bytes, Some(media_type))
+        .map_err(|e| ToolError::Refused(format!("`{shown}`: {e}")))?;
+    let text = format!(
+        "`{shown}`: {media_type} image, {}",
+        toolwire_core::image::human_size(image.bytes().len() as u64)
+    );
+    Ok(ToolOutput::ok(text).with_images(vec![image]))
 }
 
 fn not_text(shown: &str) -> ToolError {

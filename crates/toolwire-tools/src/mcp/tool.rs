@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 
 use super::{Listed, McpServer};
-use crate::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use crate::{Tool, ToolContext, ToolError, ToolImage, ToolOutput, ToolSpec};
 
 /// OpenAI (and others) accept tool names matching `^[a-zA-Z0-9_-]{1,64}$`.
 const MAX_NAME_LEN: usize = 64;
@@ -53,14 +55,32 @@ impl Tool for McpTool {
     }
 }
 
-/// What the model sees of a result: text items as they are, other items as
-/// a short marker (the model cannot use base64 payloads).
+/// What the model sees of a result: text items as they are, images as
+/// images (a marker in the text keeps their place among the text items),
+/// other items as a short marker (the model cannot use base64 payloads).
+/// An image that is not valid base64, not an image or too large is a
+/// marker saying why.
 pub(super) fn tool_output(result: CallToolResult) -> ToolOutput {
     let mut parts: Vec<String> = Vec::with_capacity(result.content.len());
+    let mut images = Vec::new();
     for block in result.content {
         parts.push(match block {
             ContentBlock::Text(text) => text.text,
-            ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
+            ContentBlock::Image(image) => {
+                let decoded = STANDARD
+                    .decode(image.data.as_bytes())
+                    .map_err(|e| format!("not valid base64: {e}"))
+                    .and_then(|bytes| {
+                        ToolImage::new(bytes, Some(&image.mime_type)).map_err(|e| e.to_string())
+                    });
+                match decoded {
+                    Ok(decoded) => {
+                        images.push(decoded);
+                        format!("[image: {}]", image.mime_type)
+                    }
+                    Err(why) => format!("[image: {}: refused: {why}]", image.mime_type),
+                }
+            }
             ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
             ContentBlock::Resource(embedded) => match embedded.resource {
                 // The text of an embedded text resource is the answer (a file
@@ -86,6 +106,7 @@ pub(super) fn tool_output(result: CallToolResult) -> ToolOutput {
     ToolOutput {
         content: parts.join("\n"),
         is_error: result.is_error.unwrap_or(false),
+        images,
     }
 }
 

@@ -442,7 +442,8 @@
         el('pre', { class: 'tool-output', hidden: true }),
         el('div', { class: 'tool-result', hidden: true },
           el('div', { class: 'label', text: 'Result' }),
-          el('pre', { class: 'tool-result-text' })));
+          el('pre', { class: 'tool-result-text' }),
+          el('div', { class: 'tool-images' })));
       cardEls.set(id, e);
     }
     updateCard(id);
@@ -474,6 +475,14 @@
     res.hidden = t.result === null || t.result === undefined;
     res.classList.toggle('is-error', !!t.isError);
     res.querySelector('.tool-result-text').textContent = t.result == null ? '' : String(t.result);
+    // Drawn again only when the result's images change.
+    const shown = res.querySelector('.tool-images');
+    const images = t.images || [];
+    const keys = images.map((i) => i.sha256).join(' ');
+    if (shown.dataset.keys !== keys) {
+      shown.dataset.keys = keys;
+      shown.replaceChildren(...images.map(imageEl));
+    }
   }
 
   function answerApproval(id, approve) {
@@ -541,6 +550,7 @@
           if (!key) continue;
           const t = toolState(key);
           t.result = b.content;
+          t.images = b.images || [];
           t.isError = !!b.is_error;
           t.status = b.is_error ? 'failed' : 'completed';
           if (key === b.tool_use_id) S.pending.delete(b.tool_use_id);
@@ -570,6 +580,48 @@
     renderLive();
   }
 
+  // ---------------------------------------------------------------- images
+
+  // A stored image by its hash (GET /v1/blobs/{sha256}): fetched with the
+  // key, as every API call is (an <img src> could not send it), and shown
+  // from an object URL. The bytes never change under their hash, so each
+  // is fetched once per page.
+  const blobUrls = new Map(); // sha256 -> Promise<object URL>
+
+  function blobUrl(sha) {
+    let url = blobUrls.get(sha);
+    if (!url) {
+      const headers = {};
+      const key = apiKey();
+      if (key) headers.Authorization = 'Bearer ' + key;
+      url = fetch('/v1/blobs/' + encodeURIComponent(sha), { headers }).then((res) => {
+        if (!res.ok) throw new Error('HTTP ' + res.status);
+        return res.blob();
+      }).then((b) => URL.createObjectURL(b));
+      url.catch(() => blobUrls.delete(sha)); // tried again on the next draw
+      blobUrls.set(sha, url);
+    }
+    return url;
+  }
+
+  function sizeText(n) {
+    if (n < 1024) return n + ' B';
+    if (n < 1024 * 1024) return Math.ceil(n / 1024) + ' KB';
+    return (n / 1024 / 1024).toFixed(1) + ' MB';
+  }
+
+  /** An image block ({media_type, sha256, bytes_len}) as an <img>, its
+   * description as the alt text (and shown should it fail to load). */
+  function imageEl(ref) {
+    const label = (ref.media_type || 'image') + ', ' + sizeText(ref.bytes_len || 0);
+    const img = el('img', { class: 'msg-image', alt: 'image: ' + label, title: label + ' · sha256 ' + (ref.sha256 || '') });
+    const box = el('figure', { class: 'image', dataset: { sha256: ref.sha256 || '' } }, img);
+    blobUrl(ref.sha256).then((url) => { img.src = url; }, (e) => {
+      box.replaceChildren(el('span', { class: 'image-missing', text: '[image: ' + label + ': ' + e.message + ']' }));
+    });
+    return box;
+  }
+
   function renderMessage(id, onBranch) {
     const n = S.nodes.get(id);
     const v = S.views.get(id);
@@ -586,8 +638,13 @@
           body.append(el('details', { class: 'reasoning' }, el('summary', { text: 'Reasoning' }), el('div', { class: 'reasoning-text', text: b.text || '' })));
         } else if (b.type === 'tool_use') {
           body.append(cardEl(cardKey(id, b.id)));
+        } else if (b.type === 'image') {
+          body.append(imageEl(b));
         } else if (b.type === 'tool_result') {
-          if (!onBranch.has(b.tool_use_id)) body.append(el('pre', { class: 'orphan-result', text: b.content || '' }));
+          if (!onBranch.has(b.tool_use_id)) {
+            body.append(el('pre', { class: 'orphan-result', text: b.content || '' }));
+            for (const i of b.images || []) body.append(imageEl(i));
+          }
         } else if (b.type === 'notification') {
           body.append(el('div', { class: 'notification', dataset: { priority: b.priority || 'normal' } },
             el('span', { class: 'label', text: b.source || 'notification' }), ' ', b.text || ''));
@@ -1084,6 +1141,7 @@
       if (b.type === 'tool_result') {
         const t = toolState(b.tool_use_id);
         t.result = b.content;
+        t.images = b.images || [];
         t.isError = !!b.is_error;
         t.status = b.is_error ? 'failed' : 'completed';
         S.pending.delete(b.tool_use_id);
