@@ -6,7 +6,7 @@ use toolwire_core::{Message, Role};
 use toolwire_stream::AnthropicDecoder;
 
 use crate::history::{Group, grouped, images, plain_text};
-use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::http::{HttpSettings, KeyHeader, endpoint, post_stream};
 use crate::images::{RequestImages, Shown};
 use crate::prompt_cache;
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
@@ -80,17 +80,9 @@ impl Provider for AnthropicProvider {
         post_stream(
             &url,
             || {
-                let mut req = self
-                    .client
-                    .post(&url)
-                    .header("anthropic-version", API_VERSION);
-                if let Some(key) = &self.settings.api_key {
-                    req = req.header("x-api-key", key);
-                }
-                for (k, v) in &self.settings.headers {
-                    req = req.header(k, v);
-                }
-                req
+                self.settings
+                    .post(&self.client, &url, KeyHeader::Named("x-api-key"))
+                    .header("anthropic-version", API_VERSION)
             },
             &body,
             self.settings.retry,

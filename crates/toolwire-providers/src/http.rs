@@ -102,6 +102,38 @@ pub struct HttpSettings {
     pub max_tokens: u32,
 }
 
+/// How a provider's API takes its key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyHeader {
+    /// `Authorization: Bearer KEY` (OpenAI and the servers that copy it).
+    Bearer,
+    /// The key as the value of this header (Anthropic's `x-api-key`).
+    Named(&'static str),
+}
+
+impl HttpSettings {
+    /// A POST to `url` carrying the key (as `key` says) and the
+    /// configured headers: what every HTTP provider sends.
+    pub(crate) fn post(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        key: KeyHeader,
+    ) -> reqwest::RequestBuilder {
+        let mut req = client.post(url);
+        if let Some(k) = &self.api_key {
+            req = match key {
+                KeyHeader::Bearer => req.bearer_auth(k),
+                KeyHeader::Named(name) => req.header(name, k),
+            };
+        }
+        for (name, value) in &self.headers {
+            req = req.header(name, value);
+        }
+        req
+    }
+}
+
 impl std::fmt::Debug for HttpSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpSettings")

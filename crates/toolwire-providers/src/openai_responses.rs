@@ -14,7 +14,7 @@ use toolwire_core::{Message, Role, ToolSpec};
 use toolwire_stream::OpenAiResponsesDecoder;
 
 use crate::history::{Group, grouped, images, plain_text};
-use crate::http::{HttpSettings, endpoint, post_stream};
+use crate::http::{HttpSettings, KeyHeader, endpoint, post_stream};
 use crate::images::{RequestImages, Shown};
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 
@@ -70,16 +70,7 @@ impl Provider for OpenAiResponsesProvider {
         let body = self.body(request);
         post_stream(
             &url,
-            || {
-                let mut req = self.client.post(&url);
-                if let Some(key) = &self.settings.api_key {
-                    req = req.bearer_auth(key);
-                }
-                for (k, v) in &self.settings.headers {
-                    req = req.header(k, v);
-                }
-                req
-            },
+            || self.settings.post(&self.client, &url, KeyHeader::Bearer),
             &body,
             self.settings.retry,
             self.settings.limits,

@@ -1,6 +1,7 @@
-//! The model picker: `configOptions` over the config's models, switched
-//! between two prompts with `session/set_config_option`, refused with a
-//! clear error for what is not there, and kept for a loaded session.
+//! The model picker: `configOptions` over the config's models (two mock
+//! model servers on loopback), switched between two prompts with
+//! `session/set_config_option`, refused with a clear error for what is
+//! not there, and kept for a loaded session.
 
 use agent_client_protocol::v1::schema::{
     NewSessionRequest, SessionConfigKind, SessionConfigOption, SessionConfigSelectOptions,
@@ -9,17 +10,15 @@ use agent_client_protocol::v1::schema::{
 
 use super::*;
 
-/// A config of two scripted models, each answering with its name.
-fn two_models(home: &Path) -> Vec<String> {
-    let table = |name: &str| {
-        let script = write_file(
-            home,
-            &format!("{name}.yaml"),
-            &format!("steps: [{{text: \"{name} answers.\"}}]\n"),
-        );
+/// Two mock models over loopback HTTP (OpenAI's wire format), each
+/// answering with its name, and a config naming them.
+async fn two_models(home: &Path) -> (Vec<String>, support::MockServer, support::MockServer) {
+    use support::{MockServer, Reply, openai_sse};
+    let alpha = MockServer::start(vec![Reply::sse(openai_sse("alpha answers.", &[]))]).await;
+    let beta = MockServer::start(vec![Reply::sse(openai_sse("beta answers.", &[]))]).await;
+    let table = |name: &str, url: &str| {
         format!(
-            "[models.{name}]\nprovider = \"scripted\"\nmodel = \"{name}-1\"\nscript = {:?}\n",
-            script.to_str().unwrap()
+            "[models.{name}]\nprovider = \"openai\"\nmodel = \"{name}-1\"\nbase_url = \"{url}\"\n"
         )
     };
     let config = write_file(
@@ -27,16 +26,26 @@ fn two_models(home: &Path) -> Vec<String> {
         "toolwire.toml",
         &format!(
             "default_model = \"alpha\"\n{}{}",
-            table("alpha"),
-            table("beta")
+            table("alpha", &alpha.url),
+            table("beta", &beta.url)
         ),
     );
-    strings(&[
+    let args = strings(&[
         "--db",
         &sqlite_in(home),
         "--config",
         config.to_str().unwrap(),
-    ])
+    ]);
+    (args, alpha, beta)
+}
+
+/// The model ids the requests `server` received asked for.
+fn asked(server: &support::MockServer) -> Vec<String> {
+    server
+        .received()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap_or("?").to_owned())
+        .collect()
 }
 
 /// The model option's current value and choices.
@@ -67,10 +76,10 @@ fn answers(updates: &[SessionUpdate]) -> String {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
     let dirs = Dirs::new();
-    let args = two_models(dirs.home());
+    let (args, alpha, beta) = two_models(dirs.home()).await;
     let (child, transport, _) = spawn_with(dirs.home(), &args);
     let editor = Editor::new();
     let cwd = dirs.cwd();
@@ -133,6 +142,9 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
         answers(&editor.updates()),
         "alpha answers.beta answers.beta answers."
     );
+    // Each prompt went to the server of the model chosen, asking its id.
+    assert_eq!(asked(&alpha), ["alpha-1"]);
+    assert_eq!(asked(&beta), ["beta-1", "beta-1"]);
     let data = |e: &AcpError| e.data.clone().unwrap_or_default().to_string();
     assert!(
         data(&unknown_option).contains("`mode`"),
@@ -163,6 +175,8 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
         .await;
     drop(child);
     assert_eq!(loaded.0, "beta");
+    assert_eq!(asked(&alpha), ["alpha-1"]);
+    assert_eq!(asked(&beta), ["beta-1", "beta-1", "beta-1"]);
     assert!(
         answers(&editor.updates()).ends_with("beta answers."),
         "{:?}",
