@@ -1170,6 +1170,26 @@ mod tests {
     }
 
     #[test]
+    fn prompt_caching_is_on_unless_a_table_turns_it_off() {
+        let settings = resolve(
+            "default_model = \"a\"\n\
+             [models.a]\nprovider = \"anthropic\"\nmodel = \"claude-x\"\nbase_url = \"http://127.0.0.1:9\"\n\
+             [models.b]\nprovider = \"anthropic\"\nmodel = \"claude-y\"\nbase_url = \"http://127.0.0.1:9\"\nprompt_caching = false\n",
+        )
+        .unwrap();
+        let caching: Vec<(Option<String>, bool)> = settings
+            .models
+            .specs
+            .iter()
+            .map(|s| (s.name.clone(), s.prompt_caching))
+            .collect();
+        assert_eq!(
+            caching,
+            [(Some("a".to_owned()), true), (Some("b".to_owned()), false)]
+        );
+    }
+
+    #[test]
     fn model_picks_a_table_as_the_default() {
         let settings = EngineArgs {
             model: Some("gpt".into()),

@@ -44,6 +44,9 @@ pub(super) struct ModelFile {
     price: Option<Price>,
     /// The script of a `scripted` model (default: the built-in demo).
     script: Option<PathBuf>,
+    /// Anthropic prompt-cache breakpoints in its requests (default true;
+    /// other providers cache on their own).
+    prompt_caching: Option<bool>,
 }
 
 /// The single-model settings (flags, `TOOLWIRE_*` variables, top-level
@@ -76,6 +79,8 @@ pub struct ModelSpec {
     pub reasoning: bool,
     pub fallback: Vec<String>,
     pub price: Option<Price>,
+    /// Anthropic `cache_control` breakpoints (`prompt_caching`).
+    pub prompt_caching: bool,
 }
 
 /// The models and which answers by default.
@@ -196,6 +201,7 @@ impl Flags {
             reasoning: false,
             fallback: Vec::new(),
             price: None,
+            prompt_caching: true,
         }
     }
 }
@@ -244,6 +250,7 @@ impl ModelFile {
             reasoning: self.reasoning.unwrap_or(false),
             fallback: self.fallback,
             price: self.price,
+            prompt_caching: self.prompt_caching.unwrap_or(true),
         })
     }
 }
@@ -306,7 +313,10 @@ impl ModelSpec {
             ProviderKind::Anthropic => {
                 let settings =
                     self.http(limits, anthropic::DEFAULT_BASE_URL, "ANTHROPIC_API_KEY")?;
-                Arc::new(AnthropicProvider::new(settings, self.model_id()?, native))
+                Arc::new(
+                    AnthropicProvider::new(settings, self.model_id()?, native)
+                        .with_prompt_caching(self.prompt_caching),
+                )
             }
         })
     }
