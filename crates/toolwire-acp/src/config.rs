@@ -59,15 +59,7 @@ pub(crate) async fn set(
     match engine.choose_model(session.conversation, Some(name)).await {
         Ok(()) => {}
         Err(EngineError::UnknownModel(_)) => {
-            let names: Vec<&str> = engine
-                .models()
-                .iter()
-                .map(|e| e.info.name.as_str())
-                .collect();
-            return Err(invalid_params(format!(
-                "no model named `{name}` is configured; the models are: {}",
-                names.join(", ")
-            )));
+            return Err(invalid_params(engine.models().unknown(name)));
         }
         Err(e) => return Err(internal(e)),
     }

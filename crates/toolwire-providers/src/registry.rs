@@ -128,16 +128,7 @@ impl Models {
             Some(name) => entries
                 .iter()
                 .position(|e| e.info.name == name)
-                .ok_or_else(|| {
-                    RegistryError::UnknownDefault(
-                        name.to_owned(),
-                        entries
-                            .iter()
-                            .map(|e| e.info.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    )
-                })?,
+                .ok_or_else(|| RegistryError::UnknownDefault(name.to_owned(), names(&entries)))?,
         };
         Ok(Models { entries, default })
     }
@@ -192,6 +183,29 @@ impl Models {
     pub fn iter(&self) -> impl Iterator<Item = &ModelEntry> {
         self.entries.iter()
     }
+
+    /// The names, comma-separated, for messages that list them.
+    pub fn names(&self) -> String {
+        names(&self.entries)
+    }
+
+    /// What a client is told when it names a model the registry lacks:
+    /// the name (at most 100 characters of it) and the ones there are.
+    pub fn unknown(&self, name: &str) -> String {
+        format!(
+            "no model named `{}` is configured; the models are: {}",
+            name.chars().take(100).collect::<String>(),
+            self.names()
+        )
+    }
+}
+
+fn names(entries: &[ModelEntry]) -> String {
+    entries
+        .iter()
+        .map(|e| e.info.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl From<Arc<dyn Provider>> for Models {

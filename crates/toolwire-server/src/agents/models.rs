@@ -22,19 +22,10 @@ use crate::state::AppState;
 
 /// The registry name of a model a client named, or a 400 listing them.
 pub fn known(state: &AppState, name: &str) -> ApiResult<String> {
-    match state.engine.models().get(name) {
+    let models = state.engine.models();
+    match models.get(name) {
         Some(entry) => Ok(entry.info.name.clone()),
-        None => Err(ApiError::bad_request(format!(
-            "no model named `{}` is configured; the models are: {}",
-            name.chars().take(100).collect::<String>(),
-            state
-                .engine
-                .models()
-                .iter()
-                .map(|e| e.info.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+        None => Err(ApiError::bad_request(models.unknown(name))),
     }
 }
 
@@ -121,11 +112,7 @@ pub fn resolve_handle<'m>(models: &'m Models, handle: &str) -> ApiResult<&'m Mod
                 "Handle {} not found, must be one of {handles:?} (or a model name: {})",
                 // A client's word, echoed no longer than a handle can be.
                 handle.chars().take(200).collect::<String>(),
-                models
-                    .iter()
-                    .map(|e| e.info.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                models.names()
             ),
         )
     })

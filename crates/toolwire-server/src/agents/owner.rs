@@ -28,16 +28,19 @@ impl Owner {
             None => conversation.to_string(),
         };
         let lock = state.lock(&key).await;
-        let mut options = match &agent {
-            Some(agent) => agent_options(state, agent).await?,
-            None => TurnOptions::default(),
-        };
-        models::apply_chosen(state, conversation, &mut options).await?;
+        let options = turn_options(state, agent.as_ref(), conversation).await?;
         Ok(Owner {
             agent,
             options,
             _lock: lock,
         })
+    }
+
+    /// The options a turn started here in `conversation` would get, read
+    /// without taking the lock (to show them, not to start a turn).
+    pub async fn options(state: &AppState, conversation: ConversationId) -> ApiResult<TurnOptions> {
+        let agent = agents::agent_of(state, conversation).await?;
+        turn_options(state, agent.as_ref(), conversation).await
     }
 
     /// Watches a started turn: should it pause for approval, the agent's
@@ -53,4 +56,19 @@ impl Owner {
             }
         });
     }
+}
+
+/// The turn options of `conversation`: its agent's, with the model chosen
+/// for the conversation.
+async fn turn_options(
+    state: &AppState,
+    agent: Option<&AgentRecord>,
+    conversation: ConversationId,
+) -> ApiResult<TurnOptions> {
+    let mut options = match agent {
+        Some(agent) => agent_options(state, agent).await?,
+        None => TurnOptions::default(),
+    };
+    models::apply_chosen(state, conversation, &mut options).await?;
+    Ok(options)
 }

@@ -397,7 +397,7 @@ pub struct ModelChoice {
 /// (if any), and the models there are.
 async fn model_view(state: &AppState, id: ConversationId) -> ApiResult<Value> {
     let chosen = models::chosen(state, id).await?;
-    let owner_model = Owner::lock(state, id).await?.options.model;
+    let owner_model = Owner::options(state, id).await?.model;
     let registry = state.engine.models();
     let effective = owner_model.unwrap_or_else(|| registry.default_entry().info.name.clone());
     Ok(json!({
