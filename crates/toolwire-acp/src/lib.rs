@@ -437,7 +437,11 @@ impl AcpAgent {
             }
         });
         // connect_all logs each server that failed.
-        let (servers, _warnings) = mcp::connect_all(configs).await;
+        let launch = mcp::Launch {
+            sandbox: self.settings.sandbox.clone(),
+            workspace: cwd.to_path_buf(),
+        };
+        let (servers, _warnings) = mcp::connect_all(configs, &launch).await;
         for server in servers {
             tools.register_source(server);
         }

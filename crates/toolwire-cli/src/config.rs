@@ -765,12 +765,16 @@ impl Settings {
         sandbox: Arc<Sandbox>,
     ) -> Result<ToolRegistry> {
         let mut registry = ToolRegistry::new();
+        let launch = mcp::Launch {
+            sandbox: sandbox.clone(),
+            workspace: workspace.root().to_path_buf(),
+        };
         for tool in builtin::all(workspace, sandbox) {
             registry.register(tool);
         }
         // connect_all logs each failed server as a warning itself. Servers
         // are sources, not fixed tools: their tool lists can change.
-        let (mcp_servers, _warnings) = mcp::connect_all(self.mcp_servers.clone()).await;
+        let (mcp_servers, _warnings) = mcp::connect_all(self.mcp_servers.clone(), &launch).await;
         for server in mcp_servers {
             registry.register_source(server);
         }

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::Progress;
-use toolwire_tools::mcp::{McpError, McpServer, McpServerConfig, connect_all};
+use toolwire_tools::mcp::{Launch, McpError, McpServer, McpServerConfig, connect_all};
 use toolwire_tools::{
     ProgressHandle, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource,
 };
@@ -223,7 +223,7 @@ fn long_operation(seconds: u32) -> Value {
 #[tokio::test]
 async fn lists_and_calls_the_everything_server() {
     let Some(config) = everything() else { return };
-    let (servers, warnings) = connect_all([config]).await;
+    let (servers, warnings) = connect_all([config], &Launch::unconfined()).await;
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(servers.len(), 1);
     let registry = registry(&servers[0]);
@@ -301,7 +301,7 @@ async fn a_server_that_fails_to_start_is_reported_and_others_still_connect() {
     ];
     let real = everything();
     configs.extend(real.clone());
-    let (servers, warnings) = connect_all(configs).await;
+    let (servers, warnings) = connect_all(configs, &Launch::unconfined()).await;
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(
         warnings[0].contains("MCP server `missing` could not be started"),
@@ -322,7 +322,7 @@ async fn a_server_that_fails_to_start_is_reported_and_others_still_connect() {
 #[tokio::test]
 async fn a_server_killed_during_a_call_fails_that_call_and_restarts_on_the_next() {
     let Some(config) = everything() else { return };
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     let tools = server.tools().await.unwrap();
     let long = find(&tools, "everything__trigger-long-running-operation");
     let echo = find(&tools, "everything__echo");
@@ -360,7 +360,7 @@ async fn a_server_killed_during_a_call_fails_that_call_and_restarts_on_the_next(
 #[tokio::test]
 async fn a_server_that_died_while_idle_is_restarted_by_the_next_call() {
     let Some(config) = everything() else { return };
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     let tools = server.tools().await.unwrap();
     let echo = find(&tools, "everything__echo");
     let first_pid = server.pid().await.expect("server runs");
@@ -390,10 +390,13 @@ async fn calls_time_out_and_can_be_cancelled() {
 /// A call of server-everything (`config`) that takes too long times out, one
 /// whose turn is cancelled stops, and the server still answers.
 async fn time_out_and_cancel(config: McpServerConfig) {
-    let server = McpServer::new(McpServerConfig {
-        timeout_secs: Some(1),
-        ..config
-    });
+    let server = McpServer::new(
+        McpServerConfig {
+            timeout_secs: Some(1),
+            ..config
+        },
+        Launch::unconfined(),
+    );
     let tools = server.tools().await.unwrap();
     let long = find(&tools, "everything__trigger-long-running-operation");
     let echo = find(&tools, "everything__echo");
@@ -430,7 +433,7 @@ async fn progress_notifications_arrive_as_the_calls_progress_before_its_result()
 /// server-everything (`config`) reports the progress of a long operation,
 /// which arrives as the call's progress before its result.
 async fn progress_before_the_result(config: McpServerConfig) {
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     let tools = server.tools().await.unwrap();
     let long = find(&tools, "everything__trigger-long-running-operation");
 
@@ -476,7 +479,7 @@ async fn progress_before_the_result(config: McpServerConfig) {
 #[tokio::test]
 async fn the_everything_servers_list_changed_makes_it_list_its_tools_again() {
     let Some(config) = everything() else { return };
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     let mut list_reads = server.watch_tool_list();
     server.tools().await.unwrap();
     // server-everything registers its client-dependent tools once the
@@ -506,7 +509,7 @@ async fn tools_added_and_removed_by_a_server_reach_the_registry() {
     let Some((config, tools_file, _)) = fixture(dir.path(), "alpha beta") else {
         return;
     };
-    tools_follow_the_servers_list(McpServer::new(config), &tools_file).await;
+    tools_follow_the_servers_list(McpServer::new(config, Launch::unconfined()), &tools_file).await;
 }
 
 /// `server` (the fixture, listing alpha and beta from `tools_file`) changes
@@ -547,7 +550,10 @@ async fn tools_added_and_removed_by_an_http_server_reach_the_registry() {
     let http = fixture_over_http(&config).await;
     // The notifications come on the session's own event stream (a GET),
     // not in answer to any request.
-    let server = McpServer::new(McpServerConfig::http("fixture", http.url.clone()));
+    let server = McpServer::new(
+        McpServerConfig::http("fixture", http.url.clone()),
+        Launch::unconfined(),
+    );
     tools_follow_the_servers_list(server, &tools_file).await;
 }
 
@@ -569,7 +575,10 @@ async fn an_http_session_whose_event_stream_is_lost_is_replaced_by_the_next_use(
         return;
     };
     let mut http = fixture_over_http(&config).await;
-    let server = McpServer::new(McpServerConfig::http("fixture", http.url.clone()));
+    let server = McpServer::new(
+        McpServerConfig::http("fixture", http.url.clone()),
+        Launch::unconfined(),
+    );
     server.tools().await.unwrap();
     let registry = registry(&server);
 
@@ -601,7 +610,7 @@ async fn a_restarted_server_is_listed_again() {
     let Some((config, tools_file, spawns)) = fixture(dir.path(), "alpha") else {
         return;
     };
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     server.tools().await.unwrap();
     let registry = registry(&server);
     assert!(registry.get("fixture__alpha").is_some());
@@ -624,16 +633,19 @@ async fn a_restarted_server_is_listed_again() {
 async fn a_server_that_cannot_start_backs_off_instead_of_spawning_on_every_use() {
     let dir = tempfile::tempdir().unwrap();
     let spawns = dir.path().join("spawns");
-    let server = McpServer::new(McpServerConfig {
-        name: "quitter".into(),
-        command: Some("sh".into()),
-        args: vec![
-            "-c".into(),
-            r#"echo spawn >> "$0"; echo 'no config found' >&2; exit 1"#.into(),
-            spawns.display().to_string(),
-        ],
-        ..Default::default()
-    });
+    let server = McpServer::new(
+        McpServerConfig {
+            name: "quitter".into(),
+            command: Some("sh".into()),
+            args: vec![
+                "-c".into(),
+                r#"echo spawn >> "$0"; echo 'no config found' >&2; exit 1"#.into(),
+                spawns.display().to_string(),
+            ],
+            ..Default::default()
+        },
+        Launch::unconfined(),
+    );
 
     let first = start_error(&server).await;
     assert!(matches!(first, McpError::Initialize { .. }), "{first}");
@@ -683,7 +695,7 @@ async fn a_server_that_keeps_crashing_is_restarted_once_then_backs_off() {
     let Some((config, _, spawns)) = fixture(dir.path(), "alpha") else {
         return;
     };
-    let server = McpServer::new(config);
+    let server = McpServer::new(config, Launch::unconfined());
     server.tools().await.unwrap();
     let registry = registry(&server);
 
@@ -748,7 +760,7 @@ async fn lists_and_calls_the_everything_server_over_http() {
     let Some((http, config)) = everything_http().await else {
         return;
     };
-    let (servers, warnings) = connect_all([config]).await;
+    let (servers, warnings) = connect_all([config], &Launch::unconfined()).await;
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(servers.len(), 1);
     let server = &servers[0];
@@ -811,10 +823,10 @@ async fn an_http_server_killed_during_a_call_fails_it_and_the_next_call_reconnec
     let (logs, _capture) = capture_logs();
     let mut http = HttpServer::everything(&dir).await;
     // The server ignores the query; toolwire must not show it.
-    let server = McpServer::new(McpServerConfig::http(
-        SERVER,
-        format!("{}?key=s3cret", http.url),
-    ));
+    let server = McpServer::new(
+        McpServerConfig::http(SERVER, format!("{}?key=s3cret", http.url)),
+        Launch::unconfined(),
+    );
     let tools = server.tools().await.unwrap();
     let long = find(&tools, "everything__trigger-long-running-operation");
     let echo = find(&tools, "everything__echo");
@@ -852,7 +864,10 @@ async fn an_http_server_killed_during_a_call_fails_it_and_the_next_call_reconnec
 async fn an_http_server_restarted_while_idle_serves_the_next_call_in_a_new_session() {
     let Some(dir) = mcp_dir() else { return };
     let mut http = HttpServer::everything(&dir).await;
-    let server = McpServer::new(McpServerConfig::http(SERVER, http.url.clone()));
+    let server = McpServer::new(
+        McpServerConfig::http(SERVER, http.url.clone()),
+        Launch::unconfined(),
+    );
     let tools = server.tools().await.unwrap();
     let echo = find(&tools, "everything__echo");
     let list_reads = server.watch_tool_list();
@@ -903,7 +918,11 @@ async fn an_http_server_where_nothing_listens_is_reported_with_its_url() {
     let nowhere = mcp_http::nothing_listens();
     let shown = nowhere.url.replace("http://", "http://user@");
     let url = format!("{shown}?key=s3cret#t0ken").replace("user@", "user:hunter2@");
-    let (servers, warnings) = connect_all([McpServerConfig::http("nowhere", url.clone())]).await;
+    let (servers, warnings) = connect_all(
+        [McpServerConfig::http("nowhere", url.clone())],
+        &Launch::unconfined(),
+    )
+    .await;
     assert!(servers.is_empty());
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let warning = &warnings[0];
@@ -916,7 +935,10 @@ async fn an_http_server_where_nothing_listens_is_reported_with_its_url() {
     );
     assert_no_secret(warning);
 
-    let server = McpServer::new(McpServerConfig::http("nowhere", url.clone()));
+    let server = McpServer::new(
+        McpServerConfig::http("nowhere", url.clone()),
+        Launch::unconfined(),
+    );
     let first = start_error(&server).await;
     assert!(
         matches!(&first, McpError::Connect { server, url: at, .. } if server == "nowhere" && *at == nowhere.url),
@@ -946,14 +968,17 @@ async fn http_headers_are_sent_and_an_http_error_names_the_server_and_url() {
     }])
     .await;
     let url = format!("{}/mcp", mock.url);
-    let server = McpServer::new(McpServerConfig {
-        headers: [
-            ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
-            ("X-Team".to_owned(), "toolwire".to_owned()),
-        ]
-        .into(),
-        ..McpServerConfig::http("guarded", format!("{url}?key=s3cret"))
-    });
+    let server = McpServer::new(
+        McpServerConfig {
+            headers: [
+                ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
+                ("X-Team".to_owned(), "toolwire".to_owned()),
+            ]
+            .into(),
+            ..McpServerConfig::http("guarded", format!("{url}?key=s3cret"))
+        },
+        Launch::unconfined(),
+    );
     let error = start_error(&server).await;
     let message = error.to_string();
     assert!(
@@ -985,7 +1010,10 @@ async fn mock_server(
     on_call: impl Fn(&mcp_mock::Received) -> Answer + Send + Sync + 'static,
 ) -> (McpMock, Arc<McpServer>, Arc<dyn Tool>) {
     let mock = McpMock::start(on_call).await;
-    let server = McpServer::new(McpServerConfig::http("mock", mock.url.clone()));
+    let server = McpServer::new(
+        McpServerConfig::http("mock", mock.url.clone()),
+        Launch::unconfined(),
+    );
     let tools = server.tools().await.unwrap();
     let act = find(&tools, "mock__act");
     (mock, server, act)
@@ -1107,10 +1135,13 @@ async fn a_session_refused_again_fails_the_call_with_the_servers_words_and_is_dr
 #[tokio::test]
 async fn the_new_session_of_a_refused_call_counts_against_the_calls_time() {
     let mock = McpMock::start(no_valid_session).await;
-    let server = McpServer::new(McpServerConfig {
-        timeout_secs: Some(1),
-        ..McpServerConfig::http("mock", mock.url.clone())
-    });
+    let server = McpServer::new(
+        McpServerConfig {
+            timeout_secs: Some(1),
+            ..McpServerConfig::http("mock", mock.url.clone())
+        },
+        Launch::unconfined(),
+    );
     let tools = server.tools().await.unwrap();
     let act = find(&tools, "mock__act");
     // The new session's `initialize` gets no answer.
@@ -1137,7 +1168,7 @@ async fn a_config_with_both_command_and_url_is_reported_without_starting_anythin
         url: Some(nowhere.url.clone()),
         ..McpServerConfig::stdio("both", "sh")
     };
-    let (servers, warnings) = connect_all([both]).await;
+    let (servers, warnings) = connect_all([both], &Launch::unconfined()).await;
     assert!(servers.is_empty());
     assert_eq!(
         warnings,

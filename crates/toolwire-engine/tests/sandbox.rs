@@ -90,6 +90,7 @@ impl World {
             ("OPENAI_API_KEY", "sk-openai-secret"),
             ("ANTHROPIC_API_KEY", "sk-ant-secret"),
             ("TOOLWIRE_API_KEYS", "tw-secret"),
+            ("PROBE_PASSED", "configured"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
         Arc::new(
@@ -425,4 +426,127 @@ async fn without_a_helper_commands_are_refused() {
         matches!(&err, ToolError::Refused(m) if m.contains("no sandbox helper")),
         "{err:?}"
     );
+}
+
+/// A stdio MCP server on the SDK `scripts/test` installs, with three
+/// tools: `env` (the names in its environment), `read` (the file
+/// `PROBE_READ`, or `DENIED` and the error code) and `write` (`PROBE_WRITE`).
+const PROBE_SERVER: &str = r#"
+const path = require('path');
+const fs = require('fs');
+const sdk = path.join(process.env.PROBE_MCP_DIR, 'node_modules/@modelcontextprotocol/sdk/dist/cjs');
+const { McpServer } = require(path.join(sdk, 'server/mcp.js'));
+const { StdioServerTransport } = require(path.join(sdk, 'server/stdio.js'));
+const server = new McpServer({ name: 'probe', version: '1.0.0' });
+const text = (t) => ({ content: [{ type: 'text', text: t }] });
+const attempt = (f) => { try { return text(f()); } catch (e) { return text(`DENIED ${e.code}`); } };
+server.registerTool('env', { description: 'environment names', inputSchema: {} },
+  async () => text(Object.keys(process.env).sort().join(' ')));
+server.registerTool('read', { description: 'reads PROBE_READ', inputSchema: {} },
+  async () => attempt(() => fs.readFileSync(process.env.PROBE_READ, 'utf8')));
+server.registerTool('write', { description: 'writes PROBE_WRITE', inputSchema: {} },
+  async () => attempt(() => { fs.writeFileSync(process.env.PROBE_WRITE, 'x'); return 'WROTE'; }));
+server.connect(new StdioServerTransport());
+"#;
+
+/// Calls each of the probe server's tools, started unconfined (`None`) or
+/// in `mode`, after pointing `read` at `target`; the texts by tool name.
+async fn probe_mcp(
+    w: &World,
+    mode: Option<Mode>,
+    target: &Path,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    use toolwire_tools::mcp::{Launch, McpServer, McpServerConfig};
+    let mcp_dir = toolwire_test_support::mcp_http::mcp_dir()?;
+    let mcp_dir = mcp_dir.canonicalize().unwrap();
+    let env = [
+        ("PROBE_MCP_DIR", mcp_dir.display().to_string()),
+        ("PROBE_READ", target.display().to_string()),
+        (
+            "PROBE_WRITE",
+            w.root().join("mcp-wrote.txt").display().to_string(),
+        ),
+    ];
+    let config = McpServerConfig {
+        args: vec!["-e".into(), PROBE_SERVER.into()],
+        env: env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        // Asked for, and still never passed: a provider key.
+        env_vars: vec!["PROBE_PASSED".into(), "OPENAI_API_KEY".into()],
+        sandbox: mode,
+        ..McpServerConfig::stdio("probe", "node")
+    };
+    let sandbox = w.sandbox(mode.unwrap_or(Mode::Full));
+    // The SDK lives outside the workspace: readable by configuration, as
+    // an operator would grant a server's own install directory.
+    let policy = toolwire_tools::confined::Policy {
+        read: vec![mcp_dir],
+        ..sandbox.policy().clone()
+    };
+    let launch = Launch {
+        sandbox: Arc::new(Sandbox::clone(&sandbox).with_policy(policy)),
+        workspace: w.root(),
+    };
+    let server = McpServer::new(config, launch);
+    let tools = server.tools().await.unwrap();
+    let mut texts = std::collections::BTreeMap::new();
+    for tool in tools {
+        let out = tool
+            .call(json!({}), ToolContext::detached("call"))
+            .await
+            .unwrap();
+        let name = tool.spec().name.trim_start_matches("probe__").to_owned();
+        texts.insert(name, out.content);
+    }
+    server.shutdown().await;
+    Some(texts)
+}
+
+#[tokio::test]
+async fn mcp_servers_see_no_keys_and_a_sandboxed_one_only_its_policy() {
+    let w = World::new();
+    let outside = w.outside.path().join("secret.txt");
+    let Some(free) = probe_mcp(&w, None, &outside).await else {
+        return;
+    };
+    // Unconfined: the file system is open, the environment is not.
+    assert_eq!(free["read"], SECRET);
+    for (mode, texts) in [
+        (None, free),
+        (
+            Some(Mode::WorkspaceWrite),
+            probe_mcp(&w, Some(Mode::WorkspaceWrite), &outside)
+                .await
+                .unwrap(),
+        ),
+    ] {
+        let names: Vec<&str> = texts["env"].split(' ').collect();
+        for key in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TOOLWIRE_API_KEYS"] {
+            assert!(!names.contains(&key), "{mode:?}: {key} in {names:?}");
+        }
+        for wanted in ["PATH", "PROBE_READ", "PROBE_PASSED"] {
+            assert!(
+                names.contains(&wanted),
+                "{mode:?}: no {wanted} in {names:?}"
+            );
+        }
+        assert_eq!(texts["write"], "WROTE", "{mode:?}");
+    }
+    // workspace-write: nothing outside the workspace, nor toolwire's
+    // database inside it; read-only: not even the workspace is written.
+    let confined = probe_mcp(&w, Some(Mode::WorkspaceWrite), &w.db)
+        .await
+        .unwrap();
+    assert!(confined["read"].starts_with("DENIED"), "{confined:?}");
+    let confined = probe_mcp(&w, Some(Mode::WorkspaceWrite), &outside)
+        .await
+        .unwrap();
+    assert!(confined["read"].starts_with("DENIED"), "{confined:?}");
+    let read_only = probe_mcp(&w, Some(Mode::ReadOnly), &w.root().join("notes.txt"))
+        .await
+        .unwrap();
+    assert_eq!(read_only["read"], "notes\n");
+    assert!(read_only["write"].starts_with("DENIED"), "{read_only:?}");
+    // full: the policy, not the server, decided.
+    let full = probe_mcp(&w, Some(Mode::Full), &outside).await.unwrap();
+    assert_eq!(full["read"], SECRET);
 }

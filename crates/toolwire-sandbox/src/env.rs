@@ -36,16 +36,13 @@ pub fn forbidden(name: &str) -> bool {
         )
 }
 
-/// The environment of a confined command: the allow-list, `LC_*`, the
-/// configured `extra` names (minus [`forbidden`] ones), from `from`; and
-/// `TMPDIR` (with `TMP`, `TEMP`) set to the call's temp dir.
-pub fn build(
+/// What of `from` a process toolwire starts may inherit: the allow-list,
+/// `LC_*` and the configured `extra` names, minus [`forbidden`] ones.
+pub fn passed(
     from: impl IntoIterator<Item = (OsString, OsString)>,
     extra: &[String],
-    temp_dir: &Path,
 ) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = from
-        .into_iter()
+    from.into_iter()
         .filter(|(name, _)| {
             let Some(name) = name.to_str() else {
                 return false;
@@ -55,7 +52,17 @@ pub fn build(
                     || name.starts_with("LC_")
                     || extra.iter().any(|e| e == name))
         })
-        .collect();
+        .collect()
+}
+
+/// The environment of a confined command: what [`passed`] lets through,
+/// and `TMPDIR` (with `TMP`, `TEMP`) set to the call's temp dir.
+pub fn build(
+    from: impl IntoIterator<Item = (OsString, OsString)>,
+    extra: &[String],
+    temp_dir: &Path,
+) -> Vec<(OsString, OsString)> {
+    let mut env = passed(from, extra);
     for name in ["TMPDIR", "TMP", "TEMP"] {
         env.push((name.into(), temp_dir.as_os_str().to_owned()));
     }

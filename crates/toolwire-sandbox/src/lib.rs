@@ -22,7 +22,7 @@ mod support;
 #[cfg(target_os = "linux")]
 pub mod helper;
 
-pub use env::{build as build_env, forbidden as forbidden_env, toolchains};
+pub use env::{build as build_env, forbidden as forbidden_env, passed as passed_env, toolchains};
 pub use policy::{Invocation, Limits, Mode, Policy};
 pub use protect::protect_process;
 pub use sandbox::{Helper, Prepared, Sandbox, SandboxError, canonical};

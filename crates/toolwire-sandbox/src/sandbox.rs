@@ -131,14 +131,29 @@ impl Sandbox {
         self
     }
 
+    /// The same helper and kernel support under another policy (an MCP
+    /// server's own mode, say).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// What a process started outside the helper may inherit of
+    /// toolwire's environment (see [`crate::passed_env`]), `extra` names
+    /// included.
+    pub fn environment(&self, extra: &[String]) -> Vec<(OsString, OsString)> {
+        crate::env::passed(self.parent_env.iter().cloned(), extra)
+    }
+
     /// No helper: every command is refused ([`SandboxError::NoHelper`]).
-    /// For front doors and tests that never run commands.
+    /// For front doors and tests that never run commands; unconfined MCP
+    /// servers still get [`Sandbox::environment`] from toolwire's own.
     pub fn none() -> Sandbox {
         Sandbox {
             helper: None,
             policy: Policy::default(),
             support: Support::default(),
-            parent_env: Vec::new(),
+            parent_env: std::env::vars_os().collect(),
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
+use toolwire_sandbox::Mode;
 
 use super::McpError;
 
@@ -13,8 +14,11 @@ use super::McpError;
 const RESERVED_HEADERS: [&str; 3] = ["Accept", "Mcp-Session-Id", "Last-Event-Id"];
 
 /// One MCP server from the config: `[mcp_servers.NAME]` with either
-/// `command`, `args` and `env` (added to toolwire's own environment) for a
-/// stdio server, or `url` and `headers` for a streamable HTTP server. See
+/// `command`, `args`, `env`, `env_vars`, `sandbox` and `network` for a
+/// stdio server, or `url` and `headers` for a streamable HTTP server. A
+/// stdio server inherits only the sandbox's allow-listed environment
+/// (never toolwire's own or the providers' keys), the names in `env_vars`,
+/// and `env`. See
 /// [`McpServerConfig::validate`] for what is rejected. `Debug` shows the
 /// names of `headers` and `env` but not their values, and the URL without
 /// credentials or query (all often secrets).
@@ -29,8 +33,20 @@ pub struct McpServerConfig {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
+    /// Set in the server's environment (values may be secrets).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Names passed through from toolwire's environment besides the
+    /// allow-list (toolwire's own and the providers' keys never are).
+    #[serde(default)]
+    pub env_vars: Vec<String>,
+    /// Start the server through the command sandbox in this mode, working
+    /// in the workspace; unset: unconfined, in toolwire's directory.
+    #[serde(default)]
+    pub sandbox: Option<Mode>,
+    /// Whether a sandboxed server may use the network [default: false].
+    #[serde(default)]
+    pub network: Option<bool>,
     /// The endpoint of a streamable HTTP server (`http://` or `https://`).
     #[serde(default)]
     pub url: Option<String>,
@@ -49,6 +65,9 @@ impl std::fmt::Debug for McpServerConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &Redacted(&self.env))
+            .field("env_vars", &self.env_vars)
+            .field("sandbox", &self.sandbox)
+            .field("network", &self.network)
             .field("url", &self.url.as_deref().map(redact_url))
             .field("headers", &Redacted(&self.headers))
             .field("timeout_secs", &self.timeout_secs)
@@ -134,6 +153,11 @@ impl McpServerConfig {
                 "give `command` (a stdio server) or `url` (a streamable HTTP server)".into(),
             )),
             (Some(command), None) => {
+                if self.network.is_some() && self.sandbox.is_none() {
+                    return Err(problem(
+                        "`network` applies to a sandboxed server: set `sandbox` too".into(),
+                    ));
+                }
                 if !self.headers.is_empty() {
                     return Err(problem(
                         "`headers` are for `url` servers; a `command` server gets `env`".into(),
@@ -142,10 +166,15 @@ impl McpServerConfig {
                 Ok(Endpoint::Stdio { command })
             }
             (None, Some(url)) => {
-                if !self.args.is_empty() || !self.env.is_empty() {
+                if !self.args.is_empty()
+                    || !self.env.is_empty()
+                    || !self.env_vars.is_empty()
+                    || self.sandbox.is_some()
+                    || self.network.is_some()
+                {
                     return Err(problem(
-                        "`args` and `env` are for `command` servers; a `url` server gets \
-                         `headers`"
+                        "`args`, `env`, `env_vars`, `sandbox` and `network` are for `command` \
+                         servers; a `url` server gets `headers`"
                             .into(),
                     ));
                 }
@@ -276,7 +305,9 @@ mod tests {
             ..McpServerConfig::http("web", "http://127.0.0.1:9/mcp")
         });
         assert!(
-            message.contains("`args` and `env` are for `command` servers"),
+            message.contains(
+                "`args`, `env`, `env_vars`, `sandbox` and `network` are for `command` servers"
+            ),
             "{message}"
         );
         let message = config_problem(McpServerConfig {
@@ -287,6 +318,16 @@ mod tests {
             message.contains("`headers` are for `url` servers"),
             "{message}"
         );
+        let message = config_problem(McpServerConfig {
+            network: Some(true),
+            ..McpServerConfig::stdio("local", "node")
+        });
+        assert!(message.contains("set `sandbox` too"), "{message}");
+        let message = config_problem(McpServerConfig {
+            sandbox: Some(Mode::ReadOnly),
+            ..McpServerConfig::http("web", "http://127.0.0.1:9/mcp")
+        });
+        assert!(message.contains("are for `command` servers"), "{message}");
         let message = config_problem(McpServerConfig::http("web", "ftp://example.com/mcp"));
         assert!(message.contains("http:// or https://"), "{message}");
         let message = config_problem(McpServerConfig::http("web", "not a url"));
@@ -331,7 +372,10 @@ mod tests {
             headers: [("Authorization".into(), "Bearer secret".into())].into(),
             ..McpServerConfig::http("web", "https://u:secret@example.com/mcp?key=secret")
         };
-        let shown = format!("{config:?} {:?}", McpServer::new(config.clone()));
+        let shown = format!(
+            "{config:?} {:?}",
+            McpServer::new(config.clone(), crate::mcp::Launch::unconfined())
+        );
         assert!(
             shown.contains("Authorization")
                 && shown.contains("https://example.com/mcp")

@@ -19,6 +19,12 @@ pub enum McpError {
         #[source]
         source: std::io::Error,
     },
+    #[error("MCP server `{server}` could not be sandboxed: {source}")]
+    Sandbox {
+        server: String,
+        #[source]
+        source: toolwire_sandbox::SandboxError,
+    },
     #[error("MCP server `{server}` failed to initialize: {source}{stderr}")]
     Initialize {
         server: String,

@@ -94,6 +94,7 @@ impl McpServer {
             pid: None,
             stderr: StderrTail::none(),
             http: Some(shared),
+            _temp_dir: None,
         })
     }
 }

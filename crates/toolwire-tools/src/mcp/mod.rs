@@ -58,6 +58,7 @@ use tokio::time::Instant;
 pub use backoff::{BACKOFF_FIRST, BACKOFF_MAX};
 pub use config::{McpServerConfig, redact_url};
 pub use error::McpError;
+pub use stdio::Launch;
 pub use tool::tool_name;
 
 use backoff::{Again, Backoff, restart_note};
@@ -85,9 +86,10 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// so that changes to their tool lists reach the model.
 pub async fn connect_all(
     configs: impl IntoIterator<Item = McpServerConfig>,
+    launch: &Launch,
 ) -> (Vec<Arc<McpServer>>, Vec<String>) {
     let started = futures::future::join_all(configs.into_iter().map(|config| async move {
-        let server = McpServer::new(config);
+        let server = McpServer::new(config, launch.clone());
         server.tools().await.map(|_| server)
     }))
     .await;
@@ -113,6 +115,8 @@ struct Connection {
     pid: Option<u32>,
     stderr: StderrTail,
     http: Option<Arc<HttpShared>>,
+    /// A sandboxed server's temp dir, removed when the connection ends.
+    _temp_dir: Option<toolwire_sandbox::TempDir>,
 }
 
 impl Connection {
@@ -148,6 +152,7 @@ struct Listing {
 /// process or HTTP session; (re)starts or (re)connects it on demand.
 pub struct McpServer {
     config: McpServerConfig,
+    launch: Launch,
     call_timeout: Duration,
     /// For the tools handed out and for each connection's handler, which
     /// must not keep the server (and so its process) alive by itself.
@@ -184,12 +189,13 @@ impl std::fmt::Debug for McpServer {
 
 impl McpServer {
     /// A handle; nothing starts until the first use.
-    pub fn new(config: McpServerConfig) -> Arc<Self> {
+    pub fn new(config: McpServerConfig, launch: Launch) -> Arc<Self> {
         let call_timeout = config
             .timeout_secs
             .map_or(DEFAULT_CALL_TIMEOUT, Duration::from_secs);
         Arc::new_cyclic(|me| McpServer {
             config,
+            launch,
             call_timeout,
             me: me.clone(),
             connection: Mutex::new(None),

@@ -1,7 +1,11 @@
-//! Stdio servers: spawning the process ([`McpServer::start`]) and keeping
-//! the tail of its stderr to explain a death ([`StderrTail`]).
+//! Stdio servers: spawning the process ([`McpServer::start`]), unconfined
+//! or through the sandbox ([`Launch`]), always with an allow-listed
+//! environment, and keeping the tail of its stderr to explain a death
+//! ([`StderrTail`]).
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
@@ -11,6 +15,7 @@ use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 use tokio_util::sync::CancellationToken;
+use toolwire_sandbox::{Policy, Sandbox, TempDir};
 
 use super::{Connection, McpError, McpServer, STARTUP_TIMEOUT, cut};
 
@@ -21,14 +26,36 @@ pub(super) const STDERR_LINE_MAX: usize = 400;
 /// How long an error waits for the rest of a dead server's stderr.
 const STDERR_SETTLE: Duration = Duration::from_millis(500);
 
+/// Where stdio servers start from: the sandbox (its helper and policy,
+/// what the kernel offers, and the environment its allow-list picks
+/// from) and the workspace a sandboxed server works in.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub sandbox: Arc<Sandbox>,
+    pub workspace: PathBuf,
+}
+
+impl Launch {
+    /// No sandbox helper (a server configured with `sandbox` is refused),
+    /// toolwire's environment through the allow-list, the current
+    /// directory as workspace.
+    pub fn unconfined() -> Launch {
+        Launch {
+            sandbox: Arc::new(Sandbox::none()),
+            workspace: PathBuf::from("."),
+        }
+    }
+}
+
 impl McpServer {
     /// Spawns the process `command`, runs the MCP handshake and reads the
     /// tool list (a restarted server may offer other tools than the process
     /// before).
     pub(super) async fn start(&self, command_name: &str) -> Result<Connection, McpError> {
         let config = &self.config;
-        let mut command = tokio::process::Command::new(command_name);
-        command.args(&config.args).envs(&config.env);
+        let (mut command, temp_dir) = self.command(command_name)?;
+        // Set last: the values are the config's own choice.
+        command.envs(&config.env);
         let spawn_error = |source| McpError::Spawn {
             server: config.name.clone(),
             command: command_name.to_owned(),
@@ -71,7 +98,50 @@ impl McpServer {
             pid,
             stderr: tail,
             http: None,
+            _temp_dir: temp_dir,
         })
+    }
+
+    /// The server's command, with the allow-listed environment: as
+    /// configured, or through the sandbox helper in the server's mode
+    /// (then with the call's temp dir, kept while the server runs).
+    fn command(
+        &self,
+        command_name: &str,
+    ) -> Result<(tokio::process::Command, Option<TempDir>), McpError> {
+        let config = &self.config;
+        let launch = &self.launch;
+        let Some(mode) = config.sandbox else {
+            let mut command = tokio::process::Command::new(command_name);
+            command
+                .args(&config.args)
+                .env_clear()
+                .envs(launch.sandbox.environment(&config.env_vars));
+            return Ok((command, None));
+        };
+        let policy = Policy {
+            mode,
+            network: config.network.unwrap_or(false),
+            env: config.env_vars.clone(),
+            ..launch.sandbox.policy().clone()
+        };
+        let sandbox = Sandbox::clone(&launch.sandbox).with_policy(policy);
+        let argv: Vec<OsString> = std::iter::once(command_name)
+            .chain(config.args.iter().map(String::as_str))
+            .map(OsString::from)
+            .collect();
+        let prepared = sandbox
+            .prepare(&launch.workspace, &argv, None)
+            .map_err(|source| McpError::Sandbox {
+                server: config.name.clone(),
+                source,
+            })?;
+        if let Some(note) = &prepared.note {
+            tracing::warn!(server = %config.name, "MCP server {note}");
+        }
+        let mut command = tokio::process::Command::from(prepared.command);
+        command.current_dir(&launch.workspace);
+        Ok((command, Some(prepared.temp_dir)))
     }
 }
 
