@@ -2,11 +2,13 @@
 //! tool activity to stderr; with `--json`, every event is a JSON line.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use toolwire_core::{AgentEvent, ConversationId, StopReason};
+use toolwire_core::{AgentEvent, ContentBlock, ConversationId, StopReason};
+use toolwire_engine::TurnOptions;
 use toolwire_store::StoredEvent;
 
 use crate::config::EngineArgs;
@@ -20,6 +22,11 @@ pub struct ExecArgs {
     /// Continue this conversation (from its active leaf) instead of a new one.
     #[arg(long, value_name = "ID")]
     conversation: Option<ConversationId>,
+    /// Attach an image (PNG, JPEG, GIF or WebP, up to 5 MiB) to the
+    /// prompt; repeat for several. A model without vision reads a
+    /// placeholder naming each.
+    #[arg(long, value_name = "FILE")]
+    image: Vec<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
     /// What to ask.
@@ -43,7 +50,25 @@ pub async fn run(args: &ExecArgs) -> Result<ExitCode> {
     };
     // Follow before the turn starts, so that nothing is missed.
     let mut follower = engine.follow(conversation);
-    let handle = engine.send(conversation, &args.prompt, None).await?;
+    let handle = if args.image.is_empty() {
+        engine.send(conversation, &args.prompt, None).await?
+    } else {
+        let mut content = vec![ContentBlock::Text {
+            text: args.prompt.clone(),
+        }];
+        for path in &args.image {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("--image {}: reading it", path.display()))?;
+            let image = engine
+                .put_image(&bytes, None)
+                .await
+                .with_context(|| format!("--image {}", path.display()))?;
+            content.push(ContentBlock::Image(image));
+        }
+        engine
+            .send_content_with(conversation, content, None, TurnOptions::default())
+            .await?
+    };
     let run_id = handle.run_id;
     let mut renderer = Renderer::new();
     'events: while let Some(batch) = follower.next().await? {

@@ -197,3 +197,67 @@ async fn a_model_configured_wrong_stops_the_start_naming_it() {
     // Nothing was opened.
     assert!(!dir.path().join(".xdg/toolwire/toolwire.db").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_image_reaches_a_vision_model_and_a_bad_file_is_named() {
+    let vision = MockServer::start(vec![Reply::sse(openai_sse("A tiny picture.", &[]))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &format!(
+            r#"
+            default_model = "eyes"
+            [models.eyes]
+            provider = "openai"
+            model = "gpt-4o"
+            base_url = "{}"
+            vision = true
+            "#,
+            vision.url
+        ),
+    );
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR a tiny png";
+    std::fs::write(dir.path().join("shot.png"), png).unwrap();
+
+    let (ok, _, stderr) = exec(
+        dir.path(),
+        &["--config", &config, "--image", "shot.png", "what is this?"],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let asked = vision.received();
+    assert_eq!(asked.len(), 1);
+    let user = asked[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    let parts = user["content"].as_array().unwrap();
+    assert_eq!(parts[0]["text"], "what is this?");
+    use base64::Engine as _;
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(png)
+    );
+    assert_eq!(parts[1]["image_url"]["url"], url, "{user}");
+
+    // Not an image: refused before anything is sent, naming the file.
+    std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
+    let (ok, _, stderr) = exec(
+        dir.path(),
+        &["--config", &config, "--image", "notes.txt", "and this?"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("--image notes.txt"), "{stderr}");
+    let (ok, _, stderr) = exec(
+        dir.path(),
+        &["--config", &config, "--image", "missing.png", "and this?"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("--image missing.png"), "{stderr}");
+    assert_eq!(vision.received().len(), 1);
+}

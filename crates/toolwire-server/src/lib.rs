@@ -33,6 +33,7 @@ mod decisions;
 pub mod error;
 mod event_index;
 mod extract;
+mod images;
 pub mod letta;
 pub mod live;
 mod openapi;

@@ -431,8 +431,16 @@ fn live_schemas() -> Map<String, Value> {
         (
             "SendRequest",
             object(
-                json!({"text": text, "parent_id": nullable(uuid()), "model": nullable(string())}),
-                &["text"],
+                json!({
+                    "text": string(),
+                    "parent_id": nullable(uuid()),
+                    "model": nullable(string()),
+                    "images": {"type": "array", "items": object(
+                        json!({"data": string(), "media_type": nullable(string())}),
+                        &["data"],
+                    )},
+                }),
+                &[],
             ),
         ),
         (

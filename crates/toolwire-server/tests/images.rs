@@ -212,3 +212,47 @@ async fn blobs_want_the_api_key() {
     assert_eq!(status, 401, "{err}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_live_views_send_carries_images_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("t.db"), ANSWERS, ServerSettings::default()).await;
+    let (status, conversation) = s.call("POST", "/v1/conversations", Some(json!({}))).await;
+    assert_eq!(status, 201, "{conversation}");
+    let messages = format!(
+        "/v1/conversations/{}/messages",
+        conversation["id"].as_str().unwrap()
+    );
+    let sha = toolwire_core::image::sha256_hex(PNG);
+
+    // Refused before anything is stored, each naming the image.
+    for (image, says) in [
+        (
+            json!({"data": "not base64!"}),
+            "images[0]: the image's data is not base64",
+        ),
+        (
+            json!({"data": STANDARD.encode(b"plain words"), "media_type": "image/png"}),
+            "images[0]: ",
+        ),
+    ] {
+        let body = json!({"text": "x", "images": [image]});
+        let (status, err) = s.call("POST", &messages, Some(body)).await;
+        assert_eq!(status, 400, "{err}");
+        assert!(err["message"].as_str().unwrap().starts_with(says), "{err}");
+    }
+
+    // An image alone is a message; it is kept as a block naming its hash.
+    let body = json!({"images": [{"data": STANDARD.encode(PNG), "media_type": "image/png"}]});
+    let (status, sent) = s.call("POST", &messages, Some(body)).await;
+    assert_eq!(status, 202, "{sent}");
+    let mid = sent["message_id"].as_str().unwrap();
+    let (status, message) = s.call("GET", &format!("{messages}/{mid}"), None).await;
+    assert_eq!(status, 200, "{message}");
+    let content = message["content_blocks"].as_array().unwrap();
+    assert_eq!(content.len(), 1, "{message}");
+    assert_eq!(content[0]["type"], "image", "{message}");
+    assert_eq!(content[0]["sha256"], sha, "{message}");
+    assert_eq!(content[0]["media_type"], "image/png", "{message}");
+    s.stop().await;
+}

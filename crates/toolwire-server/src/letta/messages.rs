@@ -10,8 +10,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -103,22 +101,7 @@ fn content_images(content: &Value, at: usize) -> Result<Vec<(Vec<u8>, String)>, 
                 "messages[{at}].content[{j}]: an image needs its base64 `data`"
             ))
         })?;
-        // Decoded, a base64 text is three quarters of its length: a text far
-        // over the limit is refused before it is decoded.
-        if data.len() / 4 * 3 > toolwire_core::MAX_IMAGE_BYTES + 3 {
-            let e = toolwire_core::ImageError::TooLarge {
-                bytes: data.len() / 4 * 3,
-                limit: toolwire_core::MAX_IMAGE_BYTES,
-            };
-            return Err(ApiError::bad_request(format!(
-                "messages[{at}].content[{j}]: {e}"
-            )));
-        }
-        let bytes = STANDARD.decode(data.trim()).map_err(|e| {
-            ApiError::bad_request(format!(
-                "messages[{at}].content[{j}]: the image's data is not base64: {e}"
-            ))
-        })?;
+        let bytes = crate::images::decode(data, &format!("messages[{at}].content[{j}]"))?;
         images.push((bytes, media_type));
     }
     Ok(images)
@@ -336,17 +319,8 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
     let mut images = Vec::with_capacity(asked.images.len());
     for (i, (bytes, declared)) in asked.images.iter().enumerate() {
         let declared = (!declared.is_empty()).then_some(declared.as_str());
-        let image = state
-            .engine
-            .put_image(bytes, declared)
-            .await
-            .map_err(|e| match e {
-                toolwire_engine::EngineError::Image(e) => {
-                    ApiError::bad_request(format!("image {}: {e}", i + 1))
-                }
-                other => other.into(),
-            })?;
-        images.push(ContentBlock::Image(image));
+        let at = format!("image {}", i + 1);
+        images.push(crate::images::store(state, bytes, declared, &at).await?);
     }
     let handle = if !images.is_empty() {
         let mut content = Vec::with_capacity(images.len() + 1);

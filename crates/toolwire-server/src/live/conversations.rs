@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId};
+use toolwire_core::{AgentEvent, ContentBlock, ConversationId, Message, MessageId, RunId};
 use toolwire_engine::{EngineError, Follower, TurnHandle, TurnOptions};
 
 use crate::agents::{self, models, owner::Owner};
@@ -176,12 +176,26 @@ pub async fn messages(
 
 #[derive(Debug, Deserialize)]
 pub struct SendRequest {
+    /// May be empty when `images` are given.
+    #[serde(default)]
     text: String,
     #[serde(default)]
     parent_id: Option<String>,
     /// The model of this turn only (a registry name).
     #[serde(default)]
     model: Option<String>,
+    /// Images after the text, each stored once by its hash.
+    #[serde(default)]
+    images: Vec<SentImage>,
+}
+
+/// An image in a sent message: base64 `data`, and the type the client
+/// says it is (checked against the bytes).
+#[derive(Debug, Deserialize)]
+pub struct SentImage {
+    data: String,
+    #[serde(default)]
+    media_type: Option<String>,
 }
 
 /// `options` with the model a request names for its turn.
@@ -265,7 +279,9 @@ pub async fn send(
     Body(req): Body<SendRequest>,
 ) -> ApiResult<Response> {
     let id = conversation_id(&id)?;
-    check_text(&req.text)?;
+    if req.images.is_empty() {
+        check_text(&req.text)?;
+    }
     let parent = match &req.parent_id {
         Some(p) => {
             let parent = body_message_id("parent_id", p)?;
@@ -276,12 +292,25 @@ pub async fn send(
             None
         }
     };
+    // Stored before the turn is asked for: a refused image stops the
+    // request with nothing sent.
+    let mut content = Vec::with_capacity(req.images.len() + 1);
+    if !req.text.trim().is_empty() {
+        content.push(ContentBlock::Text {
+            text: req.text.clone(),
+        });
+    }
+    for (i, image) in req.images.iter().enumerate() {
+        let at = format!("images[{i}]");
+        let bytes = crate::images::decode(&image.data, &at)?;
+        content.push(crate::images::store(&state, &bytes, image.media_type.as_deref(), &at).await?);
+    }
     let owner = Owner::lock(&state, id).await?;
     let options = with_model(&state, owner.options.clone(), req.model.as_deref())?;
     let follower = state.engine.follow(id);
     let handle = state
         .engine
-        .send_with(id, &req.text, parent, options)
+        .send_content_with(id, content, parent, options)
         .await
         .map_err(turn_error)?;
     accepted(&state, owner, follower, handle).await
