@@ -130,6 +130,37 @@ test("an image a tool returned is drawn in its card, and again after a reload", 
   passed();
 });
 
+test('an image attached in the composer is sent with the message and drawn in it', async (t) => {
+  const { server, page, passed } = await setup(t, { script: 'plain.yaml' });
+  const conv = await server.api('POST', '/v1/conversations', { title: 'attach' });
+  await openPage(page, server, conv.id);
+
+  // Not an image: named, and nothing attached.
+  await page.setInputFiles('#attach', { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hi') });
+  await page.locator('#error:not([hidden])').waitFor();
+  assert.match(await page.locator('#error-text').innerText(), /notes\.txt: not an image/);
+  assert.equal(await page.locator('#attachments .attachment').count(), 0);
+  await page.locator('#error-close').click();
+
+  await page.setInputFiles('#attach', { name: 'pixel.png', mimeType: 'image/png', buffer: PIXEL_PNG });
+  await page.locator('#attachments .attachment[data-name="pixel.png"]').waitFor();
+  await sendMessage(page, 'What is this?');
+  await waitTurnEnd(page);
+  await page.waitForFunction(() => {
+    const img = document.querySelector('#messages > li[data-role="user"] img.msg-image');
+    return img && img.complete && img.naturalWidth === 1;
+  });
+  assert.equal(await page.locator('#attachments .attachment').count(), 0, 'sent, so no longer attached');
+  // Stored as a block naming its hash, not the bytes.
+  const tree = await server.api('GET', `/v1/conversations/${conv.id}/tree`);
+  const user = tree.nodes.find((n) => n.role === 'user');
+  const view = await server.api('GET', `/v1/conversations/${conv.id}/messages/${user.id}`);
+  assert.deepEqual(view.content_blocks.map((b) => b.type), ['text', 'image']);
+  assert.equal(view.content_blocks[1].bytes_len, PIXEL_PNG.length);
+  await screenshot(page, 'image-attached');
+  passed();
+});
+
 test('a call waiting for approval is approved from the page', async (t) => {
   const { server, page, passed } = await setup(t, { script: 'approval.yaml' });
   const tool = await server.api('POST', '/v1/tools', { source_code: SHOUT });

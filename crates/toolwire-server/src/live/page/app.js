@@ -40,6 +40,7 @@
     editing: null, // id of the message being edited
     note: '', // why the last turn stopped, when worth saying
     sending: false,
+    attachments: [], // images for the next message: {name, type, size, data (base64)}
     models: [], // the models there are ({name, provider, model, …})
     model: null, // the model this conversation's turns use
   };
@@ -799,12 +800,63 @@
 
   // ---------------------------------------------------------------- actions
 
+  // ------------------------------------------------------------ attachments
+
+  // What the server takes (see POST …/messages): checked here too, so a
+  // wrong file is named before anything is read or sent.
+  const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+  const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
+
+  function readBase64(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(String(reader.result).replace(/^data:[^,]*,/, ''));
+      reader.onerror = () => reject(reader.error || new Error('could not read ' + file.name));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  async function attach(files) {
+    for (const file of files) {
+      const name = file.name || 'pasted image';
+      if (!IMAGE_TYPES.includes(file.type)) {
+        showError(name + ': not an image toolwire sends (PNG, JPEG, GIF or WebP)');
+        continue;
+      }
+      if (file.size > MAX_IMAGE_BYTES) {
+        showError(name + ': ' + sizeText(file.size) + ' is over the limit of 5.0 MB');
+        continue;
+      }
+      try {
+        S.attachments.push({ name, type: file.type, size: file.size, data: await readBase64(file) });
+      } catch (e) {
+        reportError('Could not read ' + name, e);
+      }
+    }
+    renderAttachments();
+  }
+
+  function renderAttachments() {
+    const box = $('attachments');
+    box.hidden = S.attachments.length === 0;
+    box.replaceChildren(...S.attachments.map((a, i) => {
+      const remove = el('button', { type: 'button', title: 'Remove', 'aria-label': 'Remove ' + a.name, text: '×' });
+      remove.addEventListener('click', () => { S.attachments.splice(i, 1); renderAttachments(); });
+      return el('span', { class: 'attachment', dataset: { name: a.name } },
+        el('span', { text: a.name + ' · ' + sizeText(a.size) }), remove);
+    }));
+  }
+
   async function submitComposer() {
     const box = $('composer');
     const text = box.value.trim();
-    if (!text) return;
+    if (!text && !S.attachments.length) return;
     clearError();
     if (S.running) {
+      if (S.attachments.length) {
+        showError('Images go with a new message, not into a running turn: send them when it ends.');
+        return;
+      }
       if (send({ type: 'interject', text })) box.value = '';
       return;
     }
@@ -817,8 +869,14 @@
         await waitFor(() => S.convId === c.id && S.tree);
       }
       try {
-        const r = await api('POST', convPath(S.convId) + '/messages', { text });
+        const body = { text };
+        if (S.attachments.length) {
+          body.images = S.attachments.map((a) => ({ data: a.data, media_type: a.type }));
+        }
+        const r = await api('POST', convPath(S.convId) + '/messages', body);
         box.value = '';
+        S.attachments = [];
+        renderAttachments();
         startedRun(r);
       } catch (e) {
         if (e.code === 'TURN_IN_PROGRESS' && send({ type: 'interject', text })) {
@@ -1234,6 +1292,19 @@
       }
     });
     $('stop').addEventListener('click', () => send({ type: 'cancel' }));
+    $('attach-button').addEventListener('click', () => $('attach').click());
+    $('attach').addEventListener('change', async () => {
+      const input = $('attach');
+      await attach([...input.files]);
+      input.value = '';
+    });
+    $('composer').addEventListener('paste', (ev) => {
+      const files = [...(ev.clipboardData ? ev.clipboardData.files : [])].filter((f) => f.type.startsWith('image/'));
+      if (files.length) {
+        ev.preventDefault();
+        attach(files);
+      }
+    });
     $('model-picker').addEventListener('change', () => chooseModel($('model-picker').value));
     $('error-close').addEventListener('click', clearError);
     $('tree-toggle').addEventListener('click', () => {
