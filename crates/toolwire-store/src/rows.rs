@@ -66,14 +66,16 @@ pub(crate) struct MessageRow {
     pub duration_ms: Option<i64>,
     pub status: String,
     pub created_at: Ts,
+    pub cache_write_tokens: Option<i64>,
 }
 
-/// The select list for a [`MessageRow`] of the table aliased `m`.
+/// The select list for a [`MessageRow`] of the table aliased `m`
+/// (`cache_write_tokens`, added last, comes last).
 macro_rules! message_columns {
     () => {
         "m.id, m.conversation_id, m.parent_id, m.role, CAST(m.content AS TEXT) AS content, \
          m.prompt_tokens, m.completion_tokens, m.cached_tokens, m.cost, m.model, \
-         m.duration_ms, m.status, m.created_at"
+         m.duration_ms, m.status, m.created_at, m.cache_write_tokens"
     };
 }
 pub(crate) use message_columns;
@@ -91,6 +93,7 @@ impl TryFrom<MessageRow> for Message {
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             cached_tokens: r.cached_tokens,
+            cache_write_tokens: r.cache_write_tokens,
             cost: r.cost,
             model: r.model,
             duration_ms: r.duration_ms,
@@ -115,6 +118,8 @@ pub(crate) struct MessageParts<'a> {
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub cached_tokens: Option<i64>,
+    /// NULL in rows stored before it was counted.
+    pub cache_write_tokens: Option<i64>,
     pub cost: Option<f64>,
     pub model: Option<String>,
     pub duration_ms: Option<i64>,
@@ -136,9 +141,7 @@ impl TryFrom<MessageParts<'_>> for Message {
                 prompt_tokens: count(p)?,
                 completion_tokens: count(c)?,
                 cached_tokens: count(k)?,
-                // Not a column (yet): the cost stored beside it paid for
-                // the writes.
-                cache_write_tokens: 0,
+                cache_write_tokens: r.cache_write_tokens.map(count).transpose()?.unwrap_or(0),
             }),
             (None, None, None) => None,
             _ => return Err(corrupt("usage is partly missing")),
@@ -164,9 +167,10 @@ impl TryFrom<MessageParts<'_>> for Message {
 }
 
 /// A message's small fields as SQLite's generated column `fields` holds
-/// them (see `migrations/sqlite/0004_message_fields.sql`, which writes
-/// them): `role status created_at duration_ms prompt_tokens
-/// completion_tokens cached_tokens[ model]`, a NULL as nothing.
+/// them (see `migrations/sqlite/0012_cache_write_tokens.sql`, which
+/// writes them): `role status created_at duration_ms prompt_tokens
+/// completion_tokens cached_tokens cache_write_tokens[ model]`, a NULL as
+/// nothing.
 pub(crate) struct Fields<'a> {
     pub role: &'a str,
     pub status: &'a str,
@@ -175,6 +179,7 @@ pub(crate) struct Fields<'a> {
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub cached_tokens: Option<i64>,
+    pub cache_write_tokens: Option<i64>,
     pub model: Option<&'a str>,
 }
 
@@ -183,8 +188,8 @@ impl<'a> Fields<'a> {
     pub(crate) fn parse(text: &'a str) -> std::result::Result<Fields<'a>, String> {
         // Read by hand: a path reads one a row, and `splitn` with `parse`
         // took some 60 ns of each row's decoding.
-        // Where the first seven spaces are (the model may hold more).
-        let mut spaces = [0; 7];
+        // Where the first eight spaces are (the model may hold more).
+        let mut spaces = [0; 8];
         let mut found = 0;
         for (i, &b) in text.as_bytes().iter().enumerate() {
             if b == b' ' {
@@ -195,16 +200,17 @@ impl<'a> Fields<'a> {
                 }
             }
         }
-        const NAMES: [&str; 7] = [
+        const NAMES: [&str; 8] = [
             "status",
             "created_at",
             "duration_ms",
             "prompt_tokens",
             "completion_tokens",
             "cached_tokens",
+            "cache_write_tokens",
             "model",
         ];
-        if found < 6 {
+        if found < 7 {
             return Err(format!("no {}", NAMES[found]));
         }
         // Spaces are ASCII: every slice below is on a char boundary.
@@ -221,7 +227,8 @@ impl<'a> Fields<'a> {
         let prompt_tokens = number("prompt_tokens", field(4))?;
         let completion_tokens = number("completion_tokens", field(5))?;
         let cached_tokens = number("cached_tokens", field(6))?;
-        let model = (found == 7).then(|| &text[spaces[6] + 1..]);
+        let cache_write_tokens = number("cache_write_tokens", field(7))?;
+        let model = (found == 8).then(|| &text[spaces[7] + 1..]);
         Ok(Fields {
             role,
             status,
@@ -230,6 +237,7 @@ impl<'a> Fields<'a> {
             prompt_tokens,
             completion_tokens,
             cached_tokens,
+            cache_write_tokens,
             model,
         })
     }
@@ -255,6 +263,7 @@ impl<'a> Fields<'a> {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             cached_tokens: self.cached_tokens,
+            cache_write_tokens: self.cache_write_tokens,
             cost,
             model: self.model.map(str::to_owned),
             duration_ms: self.duration_ms,
@@ -328,6 +337,7 @@ impl MessageRow {
             duration_ms: r.get(10)?,
             status: r.get(11)?,
             created_at: r.get(12)?,
+            cache_write_tokens: r.get(13)?,
         })
     }
 }
@@ -346,6 +356,7 @@ pub(crate) struct MessageValues<'a> {
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub cached_tokens: Option<i64>,
+    pub cache_write_tokens: Option<i64>,
     pub cost: Option<f64>,
     pub model: Option<&'a str>,
     pub duration_ms: Option<i64>,
@@ -369,6 +380,7 @@ impl<'a> From<&'a Message> for MessageValues<'a> {
             prompt_tokens: m.usage.map(|u| count(u.prompt_tokens)),
             completion_tokens: m.usage.map(|u| count(u.completion_tokens)),
             cached_tokens: m.usage.map(|u| count(u.cached_tokens)),
+            cache_write_tokens: m.usage.map(|u| count(u.cache_write_tokens)),
             cost: m.cost,
             model: m.model.as_deref(),
             duration_ms: m.duration_ms.map(count),
@@ -741,19 +753,29 @@ mod tests {
     /// concern: they read paths through it.)
     #[test]
     fn fields_read_as_written() {
-        let f = Fields::parse("assistant complete 1700000000000001 12 1000 100 -5 a model name")
+        let f = Fields::parse("assistant complete 1700000000000001 12 1000 100 -5 7 a model name")
             .unwrap();
         assert_eq!(
             (f.role, f.status, f.created_at, f.duration_ms),
             ("assistant", "complete", 1_700_000_000_000_001, Some(12))
         );
         assert_eq!(
-            (f.prompt_tokens, f.completion_tokens, f.cached_tokens),
-            (Some(1000), Some(100), Some(-5))
+            (
+                f.prompt_tokens,
+                f.completion_tokens,
+                f.cached_tokens,
+                f.cache_write_tokens
+            ),
+            (Some(1000), Some(100), Some(-5), Some(7))
         );
         assert_eq!(f.model, Some("a model name"));
 
-        let f = Fields::parse("user interrupted -3    ").unwrap();
+        // Counted before cache writes were: NULL.
+        let f = Fields::parse("assistant complete 1 12 1000 100 5  gpt").unwrap();
+        assert_eq!((f.cached_tokens, f.cache_write_tokens), (Some(5), None));
+        assert_eq!(f.model, Some("gpt"));
+
+        let f = Fields::parse("user interrupted -3     ").unwrap();
         assert_eq!(
             (f.role, f.status, f.created_at),
             ("user", "interrupted", -3)
@@ -764,7 +786,7 @@ mod tests {
         );
         // An empty model is a model.
         assert_eq!(
-            Fields::parse("tool complete 0     ").unwrap().model,
+            Fields::parse("tool complete 0      ").unwrap().model,
             Some("")
         );
 
@@ -773,21 +795,26 @@ mod tests {
             ("user", "no status"),
             ("user complete", "no created_at"),
             ("user complete 1 2 3 4", "no cached_tokens"),
-            ("user complete  1 2 3 4", "no created_at"),
-            ("user complete x    ", "created_at `x`"),
-            ("user complete 1.5    ", "created_at `1.5`"),
-            ("user complete 1 - 1 1 1", "duration_ms `-`"),
+            ("user complete 1 2 3 4 5", "no cache_write_tokens"),
+            ("user complete  1 2 3 4 5", "no created_at"),
+            ("user complete x     ", "created_at `x`"),
+            ("user complete 1.5     ", "created_at `1.5`"),
+            ("user complete 1 - 1 1 1 1", "duration_ms `-`"),
             (
-                "user complete !text    ",
+                "user complete !text     ",
                 "created_at is text, not an integer",
             ),
             (
-                "user complete 1  !real  ",
+                "user complete 1  !real   ",
                 "prompt_tokens is real, not an integer",
             ),
             (
-                "user complete 1  1 1 99999999999999999999",
+                "user complete 1  1 1 99999999999999999999 ",
                 "cached_tokens `99999999999999999999`",
+            ),
+            (
+                "user complete 1  1 1 1 !real",
+                "cache_write_tokens is real, not an integer",
             ),
         ] {
             let Err(e) = Fields::parse(text) else {

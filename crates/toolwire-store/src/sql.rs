@@ -29,12 +29,12 @@ pub(crate) const SELECT_CONVERSATION: &str = concat!(
 /// child, and starts a line of its own (named by its id) otherwise; see
 /// `line` in the schema.
 pub(crate) const INSERT_MESSAGE: &str = "INSERT INTO messages (id, conversation_id, parent_id, \
-    line, role, content, prompt_tokens, completion_tokens, cached_tokens, cost, model, \
-    duration_ms, status, created_at) \
+    line, role, content, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, \
+    cost, model, duration_ms, status, created_at) \
     VALUES ($1, $2, $3, \
         COALESCE((SELECT p.line FROM messages p WHERE p.id = $3 \
                   AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.parent_id = $3)), $1), \
-        $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+        $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 pub(crate) const MESSAGE_CONVERSATION: &str = "SELECT conversation_id FROM messages WHERE id = $1";
 
@@ -42,8 +42,8 @@ pub(crate) const MESSAGE_PLACE: &str =
     "SELECT conversation_id, parent_id, role FROM messages WHERE id = $1";
 
 pub(crate) const UPDATE_MESSAGE: &str = "UPDATE messages SET content = $2, prompt_tokens = $3, \
-    completion_tokens = $4, cached_tokens = $5, cost = $6, model = $7, \
-    duration_ms = $8, status = $9 WHERE id = $1";
+    completion_tokens = $4, cached_tokens = $5, cache_write_tokens = $6, cost = $7, model = $8, \
+    duration_ms = $9, status = $10 WHERE id = $1";
 
 pub(crate) const SET_ACTIVE_LEAF: &str = "UPDATE conversations SET active_leaf = $2 WHERE id = $1";
 

@@ -512,7 +512,7 @@ async fn paths_read_every_field_as_written() {
                     prompt_tokens: 1_000 + i as u64,
                     completion_tokens: 0,
                     cached_tokens: u64::from(u32::MAX) + 7,
-                    cache_write_tokens: 0,
+                    cache_write_tokens: 300 + i as u64,
                 });
                 m.cost = Some(0.1 + 0.2);
                 m.model = Some(format!("a model  with spaces {i} ")).filter(|_| i % 2 == 0);
@@ -738,7 +738,7 @@ async fn corrupt_fields_are_reported_on_path_reads() {
         ),
         (
             "UPDATE messages SET created_at = 5, role = 'user ' WHERE role = 'user'",
-            r#"("user  complete 5    ")"#,
+            r#"("user  complete 5     ")"#,
         ),
     ] {
         db.execute(sql).await;
@@ -788,7 +788,7 @@ async fn a_database_from_before_one_binding_opens() {
     assert_eq!(after[..4], before, "no migration ran again");
     assert_eq!(
         after[4..].iter().map(|m| m.0).collect::<Vec<_>>(),
-        [5],
+        [5, 12],
         "only the migrations newer than the fixture ran"
     );
     let read = fixtures::read_everything(&store).await;
@@ -877,6 +877,6 @@ async fn two_stores_migrate_a_new_file_at_once() {
         let applied: i64 = suite::connect_sqlite(&url)
             .query_row("SELECT count(*) FROM _sqlx_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(applied, 5);
+        assert_eq!(applied, 6);
     }
 }

@@ -41,6 +41,7 @@ impl FromPostgres for MessageRow {
             duration_ms: r.try_get(10)?,
             status: r.try_get(11)?,
             created_at: ts(r, 12)?,
+            cache_write_tokens: r.try_get(13)?,
         })
     }
 }

@@ -9,12 +9,18 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: [Migration; 5] = [
+pub(crate) const MIGRATIONS: [Migration; 6] = [
     migration!("sqlite", 1, "schema", "0001_schema.sql"),
     migration!("sqlite", 2, "run owner", "0002_run_owner.sql"),
     migration!("sqlite", 3, "documents", "0003_documents.sql"),
     migration!("sqlite", 4, "message fields", "0004_message_fields.sql"),
     migration!("sqlite", 5, "blobs", "0005_blobs.sql"),
+    migration!(
+        "sqlite",
+        12,
+        "cache write tokens",
+        "0012_cache_write_tokens.sql"
+    ),
 ];
 
 /// sqlx's table, as sqlx creates it on SQLite.
@@ -51,41 +57,53 @@ pub(crate) fn run(conn: &mut Connection) -> Result<()> {
 
 fn apply(conn: &mut Connection, m: &Migration) -> Result<()> {
     let started = Instant::now();
-    if m.no_transaction() {
-        // It runs its own transactions, and does the same again if it is
-        // run again (after a crash before it was recorded, or by another
-        // process starting at the same moment).
-        if recorded(conn, m)? {
-            return Ok(());
+    // A no-transaction migration (a table rebuilt with foreign keys off)
+    // runs its own `BEGIN IMMEDIATE; … COMMIT;` under sqlx. Here its
+    // parts around that block run as written and the block itself in the
+    // write transaction that checks the record, as every migration does:
+    // two processes starting at once must not run an older rebuild after
+    // a newer one, which would undo it.
+    let (before, body, after) = if m.no_transaction() {
+        split(m.sql).ok_or_else(|| {
+            m.failed(
+                "a no-transaction migration must hold one `BEGIN IMMEDIATE;` … `COMMIT;` block",
+            )
+        })?
+    } else {
+        ("", m.sql, "")
+    };
+    conn.execute_batch(before).map_err(|e| m.failed(e))?;
+    let applied = (|| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Another process may have run it since we looked.
+        if !recorded(&tx, m)? {
+            tx.execute_batch(body).map_err(|e| m.failed(e))?;
+            tx.execute(
+                RECORD,
+                (
+                    m.version,
+                    m.description,
+                    m.checksum(),
+                    Migration::nanos_since(started),
+                ),
+            )?;
         }
-        conn.execute_batch(m.sql).map_err(|e| m.failed(e))?;
-        conn.execute(
-            &RECORD.replace("INSERT INTO", "INSERT OR IGNORE INTO"),
-            (
-                m.version,
-                m.description,
-                m.checksum(),
-                Migration::nanos_since(started),
-            ),
-        )?;
-        return Ok(());
-    }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // Another process may have run it since we looked.
-    if !recorded(&tx, m)? {
-        tx.execute_batch(m.sql).map_err(|e| m.failed(e))?;
-        tx.execute(
-            RECORD,
-            (
-                m.version,
-                m.description,
-                m.checksum(),
-                Migration::nanos_since(started),
-            ),
-        )?;
-    }
-    tx.commit()?;
-    Ok(())
+        tx.commit()?;
+        Ok(())
+    })();
+    // Foreign keys back on whatever happened.
+    let restored = conn.execute_batch(after).map_err(|e| m.failed(e));
+    applied.and(restored)
+}
+
+/// A no-transaction migration's text before its `BEGIN IMMEDIATE;` line,
+/// between it and its `COMMIT;` line, and after.
+fn split(sql: &str) -> Option<(&str, &str, &str)> {
+    let begin = sql.find("\nBEGIN IMMEDIATE;\n")?;
+    let body = begin + "\nBEGIN IMMEDIATE;\n".len();
+    let commit = body + sql[body..].find("\nCOMMIT;\n")?;
+    let after = commit + "\nCOMMIT;\n".len();
+    Some((&sql[..begin], &sql[body..commit], &sql[after..]))
 }
 
 /// Whether `m` is recorded as applied.
