@@ -17,11 +17,13 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Location, Message, Progress, ToolCall, ToolCallContent, ToolCallId,
+    AgentEvent, ContentBlock, Location, Message, MessageId, Progress, ToolCall, ToolCallContent, ToolCallId,
     ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError, TrackerMetrics,
 };
 
 use crate::state::Session;
+use crate::usage::Meter;
+use crate::views::CallView;
 use crate::{convert, notify, titles};
 use toolwire_core::tool_events::{failure_text, result_text_with_images};
 use toolwire_tools::builtin::UPDATE_PLAN;
@@ -38,6 +40,9 @@ struct CallInfo {
     streamed: bool,
     /// `_meta.terminal_info` went out.
     terminal_shown: bool,
+    /// The tool reported locations while it ran: the replay needs them
+    /// kept.
+    moved: bool,
 }
 
 impl CallInfo {
@@ -53,6 +58,12 @@ pub(crate) struct Updates<'a> {
     cx: &'a ConnectionTo<Client>,
     tracker: ToolCallTracker,
     calls: HashMap<ToolCallId, CallInfo>,
+    /// The assistant message of each call, for its stored view.
+    messages: HashMap<ToolCallId, MessageId>,
+    /// What the calls' final updates left shown, to be stored.
+    views: Vec<(MessageId, ToolCallId, CallView)>,
+    /// Usage and cost, as the turn's steps report them.
+    meter: Option<&'a mut Meter>,
 }
 
 impl<'a> Updates<'a> {
@@ -67,7 +78,21 @@ impl<'a> Updates<'a> {
             cx,
             tracker: ToolCallTracker::new(session.tracker.clone()),
             calls: HashMap::new(),
+            messages: HashMap::new(),
+            views: Vec::new(),
+            meter: None,
         }
+    }
+
+    /// These updates, with a `usage_update` after each step `meter` counts.
+    pub(crate) fn metered(mut self, meter: &'a mut Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// The final views of the calls that ended, taken.
+    pub(crate) fn take_views(&mut self) -> Vec<(MessageId, ToolCallId, CallView)> {
+        std::mem::take(&mut self.views)
     }
 
     pub(crate) fn metrics(&self) -> TrackerMetrics {
@@ -77,6 +102,35 @@ impl<'a> Updates<'a> {
     fn send(&self, update: SessionUpdate) -> Result<(), agent_client_protocol::Error> {
         self.cx
             .send_notification(SessionNotification::new(self.session_id.clone(), update))
+    }
+
+    /// The tool call of the permission request about `call`: what the
+    /// editor was not sent yet of it (its arguments' title and locations,
+    /// its raw input, the diff `preview` it would make), with its title and
+    /// kind (a dialog names the call). What the request carries counts as
+    /// sent, so no update repeats it. `None` for a call not announced.
+    pub(crate) fn asked_about(
+        &mut self,
+        call: &ToolCall,
+        preview: Option<ToolCallContent>,
+        now: Instant,
+    ) -> Option<agent_client_protocol::v1::schema::ToolCallUpdate> {
+        self.tracker.current(&call.id)?;
+        let mut patch = self
+            .described(&call.id, &call.arguments)
+            .raw_input(call.arguments.clone());
+        if let Some(preview) = preview {
+            patch = patch.content(vec![preview]);
+        }
+        self.tracker.push(patch, now).ok()?;
+        let mut unsent = match self.tracker.flush(&call.id, now) {
+            Ok(Some(unsent)) => unsent,
+            _ => ToolCallPatch::new(call.id.clone()),
+        };
+        let shown = self.tracker.last_sent(&call.id)?;
+        unsent.title = Some(shown.title.clone());
+        unsent.kind = Some(shown.kind);
+        Some(convert::tool_call_update(&unsent))
     }
 
     pub(crate) fn event(&mut self, event: &AgentEvent) -> Result<(), agent_client_protocol::Error> {
@@ -106,8 +160,22 @@ impl<'a> Updates<'a> {
                 let patch = self.described(call_id, &args);
                 self.patch(patch, now)
             }
-            AgentEvent::ToolCallsGenerated { calls, .. } => {
+            AgentEvent::AssistantMessageCreated { message, .. } => {
+                for block in &message.content {
+                    if let ContentBlock::ToolUse { id, .. } = block {
+                        self.messages.insert(id.clone(), message.id);
+                    }
+                }
+                match self.meter.as_mut().and_then(|m| m.step(message)) {
+                    Some(usage) => self.send(SessionUpdate::UsageUpdate(usage)),
+                    None => Ok(()),
+                }
+            }
+            AgentEvent::ToolCallsGenerated {
+                calls, message_id, ..
+            } => {
                 for call in calls {
+                    self.messages.insert(call.id.clone(), *message_id);
                     self.announce(&call.id, &call.name)?;
                     if self.generated_plan(call) {
                         continue;
@@ -119,9 +187,12 @@ impl<'a> Updates<'a> {
                 }
                 Ok(())
             }
-            AgentEvent::ApprovalRequested { calls, .. } => {
+            AgentEvent::ApprovalRequested {
+                calls, message_id, ..
+            } => {
                 for gated in calls {
                     let call = &gated.call;
+                    self.messages.insert(call.id.clone(), *message_id);
                     self.announce(&call.id, &call.name)?;
                     if self.generated_plan(call) {
                         continue;
@@ -130,9 +201,11 @@ impl<'a> Updates<'a> {
                         .described(&call.id, &call.arguments)
                         .raw_input(call.arguments.clone());
                     self.patch(patch, now)?;
-                    // The permission request comes next: the editor shows
-                    // the call as it is asked about.
-                    self.flush(&call.id, now)?;
+                    // A call that is not asked about is shown now; the
+                    // permission request of one that is carries what waits.
+                    if gated.gate.is_none() {
+                        self.flush(&call.id, now)?;
+                    }
                 }
                 Ok(())
             }
@@ -154,13 +227,28 @@ impl<'a> Updates<'a> {
             } => match progress {
                 Progress::Output { text } => self.output(call_id, text, now),
                 Progress::Locations { locations } => {
-                    let locations = locations
+                    // A place already shown with its line keeps it when the
+                    // tool names the file alone: nothing changed to send.
+                    let shown = self
+                        .tracker
+                        .current(call_id)
+                        .map(|s| s.locations.clone())
+                        .unwrap_or_default();
+                    let locations: Vec<Location> = locations
                         .iter()
-                        .map(|l| Location {
-                            path: titles::absolute(&self.session.cwd, &l.path),
-                            line: l.line,
+                        .map(|l| {
+                            let path = titles::absolute(&self.session.cwd, &l.path);
+                            let line = l.line.or_else(|| {
+                                shown.iter().find(|s| s.path == path).and_then(|s| s.line)
+                            });
+                            Location { path, line }
                         })
                         .collect();
+                    if locations != shown
+                        && let Some(info) = self.calls.get_mut(call_id)
+                    {
+                        info.moved = true;
+                    }
                     self.patch(
                         ToolCallPatch::new(call_id.clone()).locations(locations),
                         now,
@@ -394,17 +482,53 @@ impl<'a> Updates<'a> {
         } else {
             // An edit that ran shows the diff it made (as editors show an
             // agent's edits), its result under it; a failed one its error.
+            // A diff the permission request showed stays shown: ACP
+            // replaces content whole, so the result goes beside it, as the
+            // raw output, rather than the diff a second time.
             let diff = diff.filter(|_| status == ToolCallStatus::Completed);
-            let mut content: Vec<ToolCallContent> = diff.into_iter().collect();
-            content.push(ToolCallContent::text(result));
-            patch = patch.content(content);
+            let shown = self
+                .tracker
+                .last_sent(id)
+                .is_some_and(|sent| diff.as_ref().is_some_and(|d| sent.content == [d.clone()]));
+            if shown {
+                patch = patch.raw_output(Value::String(result));
+            } else {
+                let mut content: Vec<ToolCallContent> = diff.into_iter().collect();
+                content.push(ToolCallContent::text(result));
+                patch = patch.content(content);
+            }
         }
+        let view = self.final_view(id, &patch);
         if let Err(e) = self.tracker.push(patch, now) {
             tracing::debug!(error = %e, "final update dropped");
             return Ok(());
         }
+        if let (Some(view), Some(message)) = (view, self.messages.get(id)) {
+            self.views.push((*message, id.clone(), view));
+        }
         let tracked = self.tracker.flush(id, now);
         self.send_tracked(tracked, exit, "final update dropped")
+    }
+
+    /// What call `id` shows once `last` (its final patch) is applied, when
+    /// a replay could not show it from the stored messages: a diff, or
+    /// locations the tool reported.
+    fn final_view(&self, id: &ToolCallId, last: &ToolCallPatch) -> Option<CallView> {
+        let mut state = self.tracker.current(id)?.clone();
+        last.apply_to(&mut state);
+        let has_diff = state
+            .content
+            .iter()
+            .any(|c| matches!(c, ToolCallContent::Diff { .. }));
+        let moved = self.calls.get(id).is_some_and(|c| c.moved);
+        if !has_diff && !moved {
+            return None;
+        }
+        Some(CallView {
+            content: has_diff.then(|| state.content.clone()),
+            locations: moved.then(|| state.locations.clone()),
+            raw_output: state.raw_output.clone().filter(|_| has_diff),
+        })
     }
 
     /// Ends, as failed with `why`, the calls still open when the prompt

@@ -444,6 +444,17 @@ pub struct TrackerConfig {
     pub call_byte_budget: Option<u64>,
 }
 
+/// Replaced output (a client without appended output) is sent whole, up to
+/// `output_limit`, each time: in total, a call's replacements send at most
+/// this many times its output, plus [`REPLACED_OUTPUT_ALLOWANCE`]. Past
+/// it, the next replacement waits until the output has grown enough; the
+/// final update is never held.
+pub const REPLACED_OUTPUT_RATIO: f64 = 1.5;
+
+/// Bytes of replacements a call may send beyond [`REPLACED_OUTPUT_RATIO`]
+/// times its output, so that short output shows as it comes.
+pub const REPLACED_OUTPUT_ALLOWANCE: u64 = 32 * 1024;
+
 /// How often a call past its [`TrackerConfig::call_byte_budget`] may send
 /// a patch that leaves its status alone.
 pub const OVER_BUDGET_INTERVAL: Duration = Duration::from_secs(1);
@@ -584,6 +595,10 @@ struct Output {
     /// The content is a status line put there by
     /// [`ToolCallTracker::status_line`], for the next one to replace.
     status_line: bool,
+    /// Replaced-content mode: bytes of output so far, and bytes of the
+    /// tails sent (each replacement sends its whole tail again).
+    seen: u64,
+    replaced: u64,
 }
 
 #[derive(Debug)]
@@ -807,6 +822,7 @@ impl ToolCallTracker {
                 .get_or_insert_with(OutputTail::default)
                 .push(data, limit);
             call.output.dirty = true;
+            call.output.seen += data.len() as u64;
         }
         let merged = mark_pending(call, now);
         self.metrics.coalesced += u64::from(merged);
@@ -926,6 +942,11 @@ impl ToolCallTracker {
         if call.target.status != call.sent.status {
             return Some(window_end);
         }
+        if replacement_over_budget(&call.output, self.config.output_limit) {
+            // Held until the output grows enough to pay for its tail, or
+            // the call ends (its final status is never held).
+            return None;
+        }
         let over_budget = self
             .config
             .call_byte_budget
@@ -948,6 +969,12 @@ impl ToolCallTracker {
 
     fn emit_if_ready(&mut self, id: &ToolCallId, now: Instant) -> Option<ToolCallPatch> {
         let call = self.calls.get(id)?;
+        if !self.config.coalesce
+            && call.target.status == call.sent.status
+            && replacement_over_budget(&call.output, self.config.output_limit)
+        {
+            return None;
+        }
         let at = self.ready_at(call)?;
         if self.config.coalesce && at > now {
             return None;
@@ -1018,7 +1045,9 @@ fn render_output(call: &mut Call, limit: usize) {
         return;
     };
     output.dirty = false;
-    let item = ToolCallContent::text(tail.render(limit));
+    let rendered = tail.render(limit);
+    output.replaced += rendered.len() as u64;
+    let item = ToolCallContent::text(rendered);
     let content = &mut call.target.content;
     match output.slot {
         Some(i) if i < content.len() => content[i] = item,
@@ -1027,6 +1056,20 @@ fn render_output(call: &mut Call, limit: usize) {
             output.slot = Some(content.len() - 1);
         }
     }
+}
+
+/// Whether sending a call's replaced output now would take the tails it
+/// sent past [`REPLACED_OUTPUT_RATIO`] times its output (plus
+/// [`REPLACED_OUTPUT_ALLOWANCE`]): the bound is on the total, not per
+/// second, so output that trickles in for minutes does not send its tail
+/// again and again.
+fn replacement_over_budget(output: &Output, limit: usize) -> bool {
+    if !output.dirty || output.tail.is_none() {
+        return false;
+    }
+    let next = output.seen.min(limit as u64);
+    let allowed = REPLACED_OUTPUT_RATIO * output.seen as f64 + REPLACED_OUTPUT_ALLOWANCE as f64;
+    (output.replaced + next) as f64 > allowed
 }
 
 fn terminal_id(state: &ToolCallState) -> Option<&str> {

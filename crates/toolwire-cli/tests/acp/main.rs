@@ -55,8 +55,10 @@ mod models;
 mod notifications;
 mod parking;
 mod permissions;
+mod prompts;
 mod sessions;
 mod terminal;
+mod wire_bytes;
 
 // The mock model server (real HTTP, OpenAI's wire format).
 use toolwire_test_support as support;
