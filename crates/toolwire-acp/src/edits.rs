@@ -109,7 +109,11 @@ pub(crate) fn hunk<'a>(old: &'a str, new: &'a str, context: usize) -> (&'a str, 
     let tail_dropped = same_tail.saturating_sub(context);
     let slice = |text: &'a str, lines: &[&str]| -> &'a str {
         let from: usize = lines[..start].iter().map(|l| l.len()).sum();
-        let to: usize = text.len() - lines[lines.len() - tail_dropped..].iter().map(|l| l.len()).sum::<usize>();
+        let to: usize = text.len()
+            - lines[lines.len() - tail_dropped..]
+                .iter()
+                .map(|l| l.len())
+                .sum::<usize>();
         &text[from..to]
     };
     (slice(old, &old_lines), slice(new, &new_lines))
@@ -195,15 +199,27 @@ mod tests {
         let new = old.replace("line 100\n", "line one hundred\n");
         let (o, n) = hunk(&old, &new, 3);
         assert_eq!(o, lines(97..104));
-        assert_eq!(n, lines(97..104).replace("line 100\n", "line one hundred\n"));
+        assert_eq!(
+            n,
+            lines(97..104).replace("line 100\n", "line one hundred\n")
+        );
     }
 
     #[test]
     fn edits_at_the_ends_and_small_files_keep_what_there_is() {
-        assert_eq!(hunk("one\ntwo\n", "one\nthree\n", 3), ("one\ntwo\n", "one\nthree\n"));
+        assert_eq!(
+            hunk("one\ntwo\n", "one\nthree\n", 3),
+            ("one\ntwo\n", "one\nthree\n")
+        );
         let old = lines(0..10);
         let appended = format!("{old}new\n");
-        assert_eq!(hunk(&old, &appended, 3), (lines(7..10).as_str(), format!("{}new\n", lines(7..10)).as_str()));
+        assert_eq!(
+            hunk(&old, &appended, 3),
+            (
+                lines(7..10).as_str(),
+                format!("{}new\n", lines(7..10)).as_str()
+            )
+        );
         let first = old.replacen("line 0", "zero", 1);
         assert_eq!(hunk(&old, &first, 3).0, lines(0..4));
         // No trailing newline; an unchanged file.

@@ -131,6 +131,7 @@ impl Default for AcpSettings {
             policies: Policies::default(),
             tracker: TrackerConfig {
                 call_byte_budget: Some(8 * 1024 * 1024),
+                bound_replaced_output: true,
                 ..TrackerConfig::coalescing()
             },
             watch: Some(WatchSettings::default()),

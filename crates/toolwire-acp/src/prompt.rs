@@ -32,7 +32,9 @@ pub(crate) async fn content(
                     parts.push(format!("{}:\n{}", r.uri, r.text));
                 }
                 acp::EmbeddedResourceResource::BlobResourceContents(r)
-                    if r.mime_type.as_deref().is_some_and(|m| m.starts_with("image/")) =>
+                    if r.mime_type
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("image/")) =>
                 {
                     let what = format!("prompt block {n} (resource {})", r.uri);
                     images.push(image(engine, &what, &r.blob, r.mime_type.as_deref()).await?);
@@ -54,12 +56,11 @@ pub(crate) async fn content(
             acp::ContentBlock::Image(img) => {
                 let data = match (&img.data, &img.uri) {
                     (data, _) if !data.is_empty() => data.clone(),
-                    (_, Some(uri)) => data_uri(uri)
-                        .map_err(|why| invalid_params(format!("prompt block {n} (image): {why}")))?,
+                    (_, Some(uri)) => data_uri(uri).map_err(|why| {
+                        invalid_params(format!("prompt block {n} (image): {why}"))
+                    })?,
                     _ => {
-                        return Err(invalid_params(format!(
-                            "prompt block {n} (image): no data"
-                        )));
+                        return Err(invalid_params(format!("prompt block {n} (image): no data")));
                     }
                 };
                 let what = format!("prompt block {n} (image)");
@@ -78,7 +79,9 @@ pub(crate) async fn content(
         }
     }
     if !images.is_empty() {
-        let model = engine.model_for(&session.turn_options()).map_err(internal)?;
+        let model = engine
+            .model_for(&session.turn_options())
+            .map_err(internal)?;
         if !model.info.capabilities.vision {
             return Err(invalid_params(format!(
                 "the prompt has {} image(s), and model `{}` cannot see images: choose a model \
@@ -112,7 +115,11 @@ async fn linked(session: &Session, link: &acp::ResourceLink) -> String {
     ) else {
         return named;
     };
-    if link.mime_type.as_deref().is_some_and(|m| !m.starts_with("text/")) {
+    if link
+        .mime_type
+        .as_deref()
+        .is_some_and(|m| !m.starts_with("text/"))
+    {
         return named;
     }
     match fs.read_linked(std::path::Path::new(path)).await {
@@ -180,9 +187,24 @@ mod tests {
 
     #[test]
     fn data_uris_give_their_payload_or_say_what_is_wrong() {
-        assert_eq!(data_uri("data:image/png;base64,AAAA").as_deref(), Ok("AAAA"));
-        assert!(data_uri("data:image/png,AAAA").unwrap_err().contains(";base64"));
-        assert!(data_uri("data:image/png;base64").unwrap_err().contains("`,`"));
-        assert!(data_uri("https://x/y.png").unwrap_err().contains("not a data URI"));
+        assert_eq!(
+            data_uri("data:image/png;base64,AAAA").as_deref(),
+            Ok("AAAA")
+        );
+        assert!(
+            data_uri("data:image/png,AAAA")
+                .unwrap_err()
+                .contains(";base64")
+        );
+        assert!(
+            data_uri("data:image/png;base64")
+                .unwrap_err()
+                .contains("`,`")
+        );
+        assert!(
+            data_uri("https://x/y.png")
+                .unwrap_err()
+                .contains("not a data URI")
+        );
     }
 }

@@ -60,7 +60,13 @@ pub(crate) async fn run_prompt(
                 SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
             ))?;
         }
-        set_tally(session, Tally { titled: true, ..tally });
+        set_tally(
+            session,
+            Tally {
+                titled: true,
+                ..tally
+            },
+        );
     }
     let handle = match start {
         Start::Running(handle) => handle,
@@ -297,7 +303,9 @@ async fn drive(
         // Words interjected too late for this turn start the next one: the
         // prompt goes on to its end, so its editor sees the answer.
         if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
-            if let Some(next) = follow_handover(engine, conversation, run_id, updates, batches).await? {
+            if let Some(next) =
+                follow_handover(engine, conversation, run_id, updates, batches).await?
+            {
                 reason = next;
             }
             if cancelled() {
@@ -522,7 +530,9 @@ pub(crate) async fn replay_images(
                 images.insert(image.sha256.clone(), blob);
             }
             Ok(None) => tracing::warn!(sha256 = %image.sha256, "a replayed image is not stored"),
-            Err(e) => tracing::warn!(sha256 = %image.sha256, error = %e, "reading a replayed image"),
+            Err(e) => {
+                tracing::warn!(sha256 = %image.sha256, error = %e, "reading a replayed image")
+            }
         }
     }
     images
@@ -587,7 +597,13 @@ mod tests {
                 }],
             ),
         ];
-        let json = serde_json::to_value(replay(&branch, Path::new("/w"), &Views::new(), &HashMap::new())).unwrap_or_default();
+        let json = serde_json::to_value(replay(
+            &branch,
+            Path::new("/w"),
+            &Views::new(),
+            &HashMap::new(),
+        ))
+        .unwrap_or_default();
         assert_eq!(
             json,
             serde_json::json!([
@@ -657,7 +673,13 @@ mod tests {
                 vec![result("p1", false), result("p2", true)],
             ),
         ];
-        let json = serde_json::to_value(replay(&branch, Path::new("/w"), &Views::new(), &HashMap::new())).unwrap_or_default();
+        let json = serde_json::to_value(replay(
+            &branch,
+            Path::new("/w"),
+            &Views::new(),
+            &HashMap::new(),
+        ))
+        .unwrap_or_default();
         assert_eq!(
             json,
             serde_json::json!([{

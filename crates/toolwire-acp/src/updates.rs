@@ -17,8 +17,9 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Location, Message, MessageId, Progress, ToolCall, ToolCallContent, ToolCallId,
-    ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError, TrackerMetrics,
+    AgentEvent, ContentBlock, Location, Message, MessageId, Progress, ToolCall, ToolCallContent,
+    ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError,
+    TrackerMetrics,
 };
 
 use crate::state::Session;

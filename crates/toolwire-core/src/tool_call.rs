@@ -442,6 +442,11 @@ pub struct TrackerConfig {
     /// once per [`OVER_BUDGET_INTERVAL`] (coalescing only). Bounds the
     /// bytes of a replaced output that runs for minutes. `None`: no budget.
     pub call_byte_budget: Option<u64>,
+    /// Replaced output is bounded in total: its replacements send at most
+    /// [`REPLACED_OUTPUT_RATIO`] times the output, plus
+    /// [`REPLACED_OUTPUT_ALLOWANCE`] (past it the next waits until the
+    /// output has grown enough). Off: only the rate bounds them.
+    pub bound_replaced_output: bool,
 }
 
 /// Replaced output (a client without appended output) is sent whole, up to
@@ -469,6 +474,7 @@ impl Default for TrackerConfig {
             appended_output: false,
             output_limit: OUTPUT_LIMIT,
             call_byte_budget: None,
+            bound_replaced_output: false,
         }
     }
 }
@@ -942,7 +948,9 @@ impl ToolCallTracker {
         if call.target.status != call.sent.status {
             return Some(window_end);
         }
-        if replacement_over_budget(&call.output, self.config.output_limit) {
+        if self.config.bound_replaced_output
+            && replacement_over_budget(&call.output, self.config.output_limit)
+        {
             // Held until the output grows enough to pay for its tail, or
             // the call ends (its final status is never held).
             return None;
@@ -970,6 +978,7 @@ impl ToolCallTracker {
     fn emit_if_ready(&mut self, id: &ToolCallId, now: Instant) -> Option<ToolCallPatch> {
         let call = self.calls.get(id)?;
         if !self.config.coalesce
+            && self.config.bound_replaced_output
             && call.target.status == call.sent.status
             && replacement_over_budget(&call.output, self.config.output_limit)
         {
@@ -1128,9 +1137,12 @@ mod tests {
 
     /// Patches of a call sending 2 KB of replaced output every 50 ms for
     /// 5 s, with a budget of `budget` bytes.
+    /// Patches of a call appending 2 KB every 50 ms for 5 s (appended
+    /// output: replaced output has its own bound in total, below).
     fn patches_over_five_seconds(budget: Option<u64>) -> u64 {
         let mut t = ToolCallTracker::new(TrackerConfig {
             call_byte_budget: budget,
+            appended_output: true,
             ..TrackerConfig::coalescing()
         });
         let id = ToolCallId::from("c");
@@ -1159,11 +1171,50 @@ mod tests {
     }
 
     #[test]
+    fn replaced_output_trickling_in_sends_at_most_one_and_a_half_times_itself() {
+        let mut t = ToolCallTracker::new(TrackerConfig {
+            bound_replaced_output: true,
+            ..TrackerConfig::coalescing()
+        });
+        let id = ToolCallId::from("c");
+        let mut s = ToolCallState::new("c", "Run make", ToolKind::Execute);
+        s.status = ToolCallStatus::InProgress;
+        assert!(t.announce(s).is_ok());
+        let start = Instant::now();
+        let line = format!("{}\n", "x".repeat(79));
+        let (mut sent, mut patches) = (0u64, 0u32);
+        // 3,500 lines of 80 bytes, 50 every 50 ms.
+        for i in 0..70u32 {
+            let at = start + Duration::from_millis(50) * i;
+            for patch in t.due(at) {
+                sent += json_len(&patch);
+                patches += 1;
+            }
+            if let Ok(Some(patch)) = t.append_output(&id, &line.repeat(50), at) {
+                sent += json_len(&patch);
+                patches += 1;
+            }
+        }
+        let output = 3_500 * 80;
+        let bound = REPLACED_OUTPUT_RATIO * output as f64 + REPLACED_OUTPUT_ALLOWANCE as f64;
+        assert!(
+            (sent as f64) < bound * 1.05,
+            "{sent} bytes in {patches} patches"
+        );
+        assert!(
+            patches >= 4,
+            "it still shows the output as it comes: {patches}"
+        );
+        // Without the bound each of the ~70 windows would re-send its tail.
+        assert!(sent < 70 * 64 * 1024 / 4, "{sent}");
+    }
+
+    #[test]
     fn a_call_past_its_budget_slows_to_one_patch_a_second() {
         let free = patches_over_five_seconds(None);
-        let budgeted = patches_over_five_seconds(Some(20_000));
+        let budgeted = patches_over_five_seconds(Some(8_000));
         assert!(free >= 50, "{free}");
-        // A few at the full rate until 20 kB are out, then one a second,
+        // A few at the full rate until 8 kB are out, then one a second,
         // and the final status.
         assert!(budgeted <= 12, "{budgeted}");
     }

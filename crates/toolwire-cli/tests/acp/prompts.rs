@@ -5,7 +5,9 @@
 //! `session_info_update`), and prompts sent while a turn runs (queued, or
 //! interjected into the running turn).
 
-use agent_client_protocol::v1::schema::{ImageContent, PromptResponse, SetSessionConfigOptionRequest};
+use agent_client_protocol::v1::schema::{
+    ImageContent, PromptResponse, SetSessionConfigOptionRequest,
+};
 use base64::Engine as _;
 
 use super::*;
@@ -90,7 +92,10 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
             ] {
                 let request = PromptRequest::new(
                     session.clone(),
-                    vec![ContentBlock::Text(TextContent::new("see")), ContentBlock::Image(bad)],
+                    vec![
+                        ContentBlock::Text(TextContent::new("see")),
+                        ContentBlock::Image(bad),
+                    ],
                 );
                 errors.push(cx.send_request(request).block_task().await.unwrap_err());
             }
@@ -109,8 +114,15 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
                     .unwrap_err(),
             );
             // Still usable.
-            assert_eq!(prompt(&cx, &session, "just text").await?, StopReason::EndTurn);
-            Ok((init.agent_capabilities.prompt_capabilities.image, session, errors))
+            assert_eq!(
+                prompt(&cx, &session, "just text").await?,
+                StopReason::EndTurn
+            );
+            Ok((
+                init.agent_capabilities.prompt_capabilities.image,
+                session,
+                errors,
+            ))
         })
         .await;
     drop(child);
@@ -132,8 +144,14 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
     );
     assert_eq!(received[1].body["model"], "blind-1");
     let errors: Vec<String> = errors.iter().map(says).collect();
-    assert!(errors[0].contains("prompt block 1") && errors[0].contains("base64"), "{errors:?}");
-    assert!(errors[1].contains("data URI") && errors[1].contains(";base64"), "{errors:?}");
+    assert!(
+        errors[0].contains("prompt block 1") && errors[0].contains("base64"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("data URI") && errors[1].contains(";base64"),
+        "{errors:?}"
+    );
     assert!(errors[2].contains("over the limit"), "{errors:?}");
     assert!(
         errors[3].contains("`blind` cannot see images"),
@@ -218,7 +236,11 @@ async fn usage_and_the_title_reach_the_editor() {
             _ => None,
         })
         .collect();
-    assert_eq!(titles, ["\"What is in this folder?\""], "one title, from the first prompt");
+    assert_eq!(
+        titles,
+        ["\"What is in this folder?\""],
+        "one title, from the first prompt"
+    );
     let usage: Vec<(u64, u64, f64)> = updates
         .iter()
         .filter_map(|u| match u {
@@ -239,10 +261,18 @@ async fn usage_and_the_title_reach_the_editor() {
     }
     let turn = responses[0].usage.as_ref().expect("the turn's usage");
     assert_eq!(
-        (turn.input_tokens, turn.output_tokens, turn.total_tokens, turn.cached_read_tokens),
+        (
+            turn.input_tokens,
+            turn.output_tokens,
+            turn.total_tokens,
+            turn.cached_read_tokens
+        ),
         (200, 40, 240, Some(80))
     );
-    assert_eq!(responses[1].usage.as_ref().map(|u| u.total_tokens), Some(120));
+    assert_eq!(
+        responses[1].usage.as_ref().map(|u| u.total_tokens),
+        Some(120)
+    );
 }
 
 /// A model whose first answer streams slowly (a second and more), so that a
@@ -309,7 +339,11 @@ async fn two_prompts_at_once(
                     r.map(|r| (r.stop_reason, text(&s2)))
                 }
             );
-            assert_eq!(*order.lock().unwrap(), [1, 2], "the first prompt is answered first");
+            assert_eq!(
+                *order.lock().unwrap(),
+                [1, 2],
+                "the first prompt is answered first"
+            );
             Ok(vec![a?, b?])
         })
         .await;

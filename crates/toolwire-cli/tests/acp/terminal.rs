@@ -422,7 +422,11 @@ async fn a_trickle_replaced_costs_at_most_twice_its_output() {
         replaced.bytes,
         replaced.updates.len()
     );
-    assert!(replaced.bytes <= 2 * output as u64, "{} bytes", replaced.bytes);
+    assert!(
+        replaced.bytes <= 2 * output as u64,
+        "{} bytes",
+        replaced.bytes
+    );
     // It still showed the output as it came, not only at the end.
     assert!(replaced.updates.len() >= 4, "{}", replaced.updates.len());
 }

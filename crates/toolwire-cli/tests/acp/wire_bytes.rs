@@ -16,7 +16,13 @@ fn two_hundred_lines() -> String {
 
 /// The calls' final content, locations and raw output among `updates`
 /// (the announce, then each update's fields over it).
-fn shown(updates: &[SessionUpdate]) -> (Vec<ToolCallContent>, Vec<PathBuf>, Option<serde_json::Value>) {
+fn shown(
+    updates: &[SessionUpdate],
+) -> (
+    Vec<ToolCallContent>,
+    Vec<PathBuf>,
+    Option<serde_json::Value>,
+) {
     let (mut content, mut locations, mut raw) = (Vec::new(), Vec::new(), None);
     for update in updates {
         match update {
@@ -88,16 +94,17 @@ async fn a_one_line_edit_sends_its_hunk_once_and_replays_as_it_was_shown() {
     );
     assert!(calls + asked <= 2_500, "{} bytes", calls + asked);
     let edited = std::fs::read_to_string(dirs.project().join("big.txt")).unwrap();
-    assert_eq!(
-        edited,
-        original.replace("lazy dog, 100", "lazy cat, 100")
-    );
+    assert_eq!(edited, original.replace("lazy dog, 100", "lazy cat, 100"));
     // The request showed the changed line with three lines either side.
     let request = &editor.asked()[0];
     let diff = first_diff(request.tool_call.fields.content.iter().flatten()).expect("a diff");
     let old = diff.old_text.clone().unwrap();
     assert_eq!(old.lines().count(), 7, "{old}");
-    assert!(old.starts_with("097 ") && old.ends_with("103 the quick brown fox jumps over the lazy dog, 103\n"), "{old}");
+    assert!(
+        old.starts_with("097 ")
+            && old.ends_with("103 the quick brown fox jumps over the lazy dog, 103\n"),
+        "{old}"
+    );
     assert_eq!(diff.new_text, old.replace("lazy dog, 100", "lazy cat, 100"));
     // The completed update did not send the diff again; the result went
     // beside it.
@@ -105,7 +112,9 @@ async fn a_one_line_edit_sends_its_hunk_once_and_replays_as_it_was_shown() {
     let completed: Vec<_> = live
         .iter()
         .filter_map(|u| match u {
-            SessionUpdate::ToolCallUpdate(up) if up.fields.status == Some(ToolCallStatus::Completed) => {
+            SessionUpdate::ToolCallUpdate(up)
+                if up.fields.status == Some(ToolCallStatus::Completed) =>
+            {
                 Some(up.clone())
             }
             _ => None,
