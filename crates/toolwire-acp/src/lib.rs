@@ -15,7 +15,10 @@
 //! session's `read_file`/`write_file`/`run_command` go through it
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
 //! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
-//! (`notify.rs`) feeds the engine's notifications.
+//! (`notify.rs`) feeds the engine's notifications. A prompt's images and
+//! linked files become the user message in `prompt.rs`; usage and the
+//! session's title go out from `usage.rs`; what a call's last update
+//! showed is kept for `session/load` by `views.rs`.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
 //! engine is used only through its public API, and the store only read
