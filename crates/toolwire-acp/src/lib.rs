@@ -569,6 +569,7 @@ impl AcpAgent {
             tally: Arc::default(),
             interjected: Arc::default(),
             turns: Arc::default(),
+            waiting: Arc::default(),
             cancels: Arc::default(),
             _watcher: watcher,
         };
@@ -611,7 +612,12 @@ impl AcpAgent {
         while sessions.len() > max {
             let oldest = sessions
                 .iter()
-                .filter(|(id, s)| !s.is_prompting() && s.tasks.running() == 0 && Some(*id) != keep)
+                .filter(|(id, s)| {
+                    !s.is_prompting()
+                        && s.waiting.load(Ordering::SeqCst) == 0
+                        && s.tasks.running() == 0
+                        && Some(*id) != keep
+                })
                 .min_by_key(|(_, s)| s.last_used.load(Ordering::SeqCst))
                 .map(|(id, _)| id.clone());
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
@@ -963,7 +969,10 @@ impl AcpAgent {
                     Err(e) => return responder.respond_with_error(internal(e)),
                 }
             }
+            // A session with prompts waiting is not parked under them.
+            session.waiting.fetch_add(1, Ordering::SeqCst);
             let _turn = session.turns.clone().lock_owned().await;
+            session.waiting.fetch_sub(1, Ordering::SeqCst);
             if session.cancels.load(Ordering::SeqCst) != cancels
                 && matches!(start, session::Start::Send(_))
             {

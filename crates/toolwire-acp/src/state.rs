@@ -57,6 +57,8 @@ pub(crate) struct Session {
     /// Held by the running prompt: prompts that come meanwhile wait here,
     /// in order (`acp.prompt_while_running`).
     pub(crate) turns: Arc<tokio::sync::Mutex<()>>,
+    /// Prompts waiting for `turns`.
+    pub(crate) waiting: Arc<AtomicU64>,
     /// Prompts interjected into the running turn: it follows the turn
     /// they start should they come too late for it.
     pub(crate) interjected: Arc<AtomicU64>,

@@ -65,6 +65,32 @@ pub(crate) struct Updates<'a> {
     views: Vec<(MessageId, ToolCallId, CallView)>,
     /// Usage and cost, as the turn's steps report them.
     meter: Option<&'a mut Meter>,
+    /// The model's text not sent yet (joined within the window).
+    text: Option<WaitingText>,
+}
+
+/// Which of the model's streams a text chunk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Message,
+    Thought,
+}
+
+impl Stream {
+    fn chunk(self, text: &str) -> SessionUpdate {
+        let chunk = ContentChunk::new(convert::text_block(text));
+        match self {
+            Stream::Message => SessionUpdate::AgentMessageChunk(chunk),
+            Stream::Thought => SessionUpdate::AgentThoughtChunk(chunk),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct WaitingText {
+    stream: Stream,
+    text: String,
+    since: Instant,
 }
 
 impl<'a> Updates<'a> {
@@ -82,6 +108,7 @@ impl<'a> Updates<'a> {
             messages: HashMap::new(),
             views: Vec::new(),
             meter: None,
+            text: None,
         }
     }
 
@@ -137,12 +164,16 @@ impl<'a> Updates<'a> {
     pub(crate) fn event(&mut self, event: &AgentEvent) -> Result<(), agent_client_protocol::Error> {
         let now = Instant::now();
         match event {
-            AgentEvent::TextDelta { text, .. } => self.send(SessionUpdate::AgentMessageChunk(
-                ContentChunk::new(convert::text_block(text)),
-            )),
-            AgentEvent::ReasoningDelta { text, .. } => self.send(SessionUpdate::AgentThoughtChunk(
-                ContentChunk::new(convert::text_block(text)),
-            )),
+            AgentEvent::TextDelta { text, .. } => {
+                return self.text(Stream::Message, text, now);
+            }
+            AgentEvent::ReasoningDelta { text, .. } => {
+                return self.text(Stream::Thought, text, now);
+            }
+            // Whatever else comes after the text waiting: it goes first.
+            _ => self.flush_text()?,
+        }
+        match event {
             AgentEvent::ToolCallStarted { call_id, name, .. } => self.announce(call_id, name),
             AgentEvent::ArgumentField {
                 call_id,
@@ -556,6 +587,7 @@ impl<'a> Updates<'a> {
     /// Sends everything waiting (before text that must come after it, and
     /// at the end of the turn).
     pub(crate) fn flush_all(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        self.flush_text()?;
         for patch in self.tracker.flush_all(now) {
             self.send_patch(patch, None)?;
         }
@@ -564,11 +596,62 @@ impl<'a> Updates<'a> {
 
     /// When something waiting becomes due.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.tracker.next_deadline()
+        let text = self
+            .text
+            .as_ref()
+            .map(|t| t.since + self.tracker.config().window);
+        match (self.tracker.next_deadline(), text) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Text of the model, joined with the text of the same kind that came
+    /// within the coalescing window (a model streams a few characters at a
+    /// time, and each chunk on its own costs a notification's envelope).
+    fn text(
+        &mut self,
+        stream: Stream,
+        text: &str,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        if !self.tracker.config().coalesce {
+            return self.send(stream.chunk(text));
+        }
+        match &mut self.text {
+            Some(waiting) if waiting.stream == stream => waiting.text.push_str(text),
+            _ => {
+                self.flush_text()?;
+                // Tool call changes that came before the text go before it.
+                for patch in self.tracker.flush_all(now) {
+                    self.send_patch(patch, None)?;
+                }
+                self.text = Some(WaitingText {
+                    stream,
+                    text: text.to_owned(),
+                    since: now,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_text(&mut self) -> Result<(), agent_client_protocol::Error> {
+        match self.text.take() {
+            Some(waiting) => self.send(waiting.stream.chunk(&waiting.text)),
+            None => Ok(()),
+        }
     }
 
     /// Sends what is due at `now`.
     pub(crate) fn tick(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        if self
+            .text
+            .as_ref()
+            .is_some_and(|t| t.since + self.tracker.config().window <= now)
+        {
+            self.flush_text()?;
+        }
         for patch in self.tracker.due(now) {
             self.send_patch(patch, None)?;
         }

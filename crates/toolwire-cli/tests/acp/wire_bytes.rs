@@ -177,8 +177,9 @@ async fn a_plain_read_stays_small() {
     let total = bytes.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("a plain read: {total} bytes from the agent in all");
     // Issue 21 asks for 2,100 on its own scenario; this one (the session
-    // set-up with the model picker, a title, usage, two text chunks of the
-    // answer) measured 2,540 when written: the bound keeps it from growing.
-    assert!(total <= 2_600, "{total} bytes");
+    // set-up with the model picker, a title, usage) measured 2,349 when
+    // written (main's build: about as much without title and usage): the
+    // bound keeps it from growing.
+    assert!(total <= 2_400, "{total} bytes");
     assert!(results(&editor.updates()).contains("three"));
 }
