@@ -100,6 +100,26 @@ impl ClientFs {
     fn editor_path(&self, resolved: &Path) -> PathBuf {
         editor_path(&self.cwd, &self.workspace, resolved)
     }
+
+    /// The text of a file the user linked in a prompt, as the editor has
+    /// it (its buffer, saved or not), at most [`MAX_READ`] bytes. The path
+    /// is the editor's own: the user chose it there.
+    pub(crate) async fn read_linked(
+        &self,
+        path: &Path,
+    ) -> Result<String, agent_client_protocol::Error> {
+        let request = ReadTextFileRequest::new(self.session_id.clone(), path.to_path_buf());
+        let mut text = self.cx.send_request(request).block_task().await?.content;
+        if text.len() > MAX_READ {
+            let mut cut = MAX_READ;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push_str("\n[cut: the file is longer]");
+        }
+        Ok(text)
+    }
 }
 
 /// `resolved` (canonical, in the sandbox) as the editor names it: under

@@ -124,26 +124,6 @@ pub fn tool_call_update(patch: &ToolCallPatch) -> acp::ToolCallUpdate {
     acp::ToolCallUpdate::new(patch.id.0.clone(), fields)
 }
 
-/// The text of a prompt: text blocks as they are, resources by their text
-/// or their URI, one block per paragraph.
-pub fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
-    let parts: Vec<String> = blocks
-        .iter()
-        .filter_map(|block| match block {
-            acp::ContentBlock::Text(t) => Some(t.text.clone()),
-            acp::ContentBlock::ResourceLink(link) => Some(format!("@{}", link.uri)),
-            acp::ContentBlock::Resource(embedded) => match &embedded.resource {
-                acp::EmbeddedResourceResource::TextResourceContents(r) => {
-                    Some(format!("{}:\n{}", r.uri, r.text))
-                }
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    parts.join("\n\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

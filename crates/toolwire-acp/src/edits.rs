@@ -62,12 +62,61 @@ impl EditView {
             "write_file" => text("content")?.to_owned(),
             _ => preview_diff(old_text.as_deref().unwrap_or(""), text("diff")?).ok()?,
         };
+        // The changed region with its context, not the whole file: the
+        // editor places it by its old text.
+        let (old_text, new_text) = match old_text {
+            Some(old) => {
+                let (old, new) = hunk(&old, &new_text, CONTEXT_LINES);
+                (Some(old.to_owned()), new.to_owned())
+            }
+            None => (None, new_text),
+        };
         Some(ToolCallContent::Diff {
             path: titles::absolute(&self.cwd, path),
             old_text,
             new_text,
         })
     }
+}
+
+/// Unchanged lines kept around an edit's changed region (as `diff -U3`).
+const CONTEXT_LINES: usize = 3;
+
+/// The region of `old` and `new` that differs, from the first changed line
+/// to the last, with `context` unchanged lines either side (fewer at the
+/// file's ends): the same slices of both when nothing changed. One region
+/// for all the changes, so an editor can place it by its old text alone.
+pub(crate) fn hunk<'a>(old: &'a str, new: &'a str, context: usize) -> (&'a str, &'a str) {
+    let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
+    let new_lines: Vec<&str> = new.split_inclusive('\n').collect();
+    let same_head = old_lines
+        .iter()
+        .zip(&new_lines)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if same_head == old_lines.len() && same_head == new_lines.len() {
+        return ("", "");
+    }
+    let room = old_lines.len().min(new_lines.len()) - same_head;
+    let same_tail = old_lines
+        .iter()
+        .rev()
+        .zip(new_lines.iter().rev())
+        .take(room)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let start = same_head.saturating_sub(context);
+    let tail_dropped = same_tail.saturating_sub(context);
+    let slice = |text: &'a str, lines: &[&str]| -> &'a str {
+        let from: usize = lines[..start].iter().map(|l| l.len()).sum();
+        let to: usize = text.len()
+            - lines[lines.len() - tail_dropped..]
+                .iter()
+                .map(|l| l.len())
+                .sum::<usize>();
+        &text[from..to]
+    };
+    (slice(old, &old_lines), slice(new, &new_lines))
 }
 
 /// The diffs of a session's edits that have run, until their call's final
@@ -133,5 +182,53 @@ impl Tool for ShowsDiff {
             self.diffs.record(id, diff);
         }
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hunk;
+
+    fn lines(range: std::ops::Range<usize>) -> String {
+        range.map(|i| format!("line {i}\n")).collect()
+    }
+
+    #[test]
+    fn a_one_line_edit_shows_its_line_with_three_of_context() {
+        let old = lines(0..200);
+        let new = old.replace("line 100\n", "line one hundred\n");
+        let (o, n) = hunk(&old, &new, 3);
+        assert_eq!(o, lines(97..104));
+        assert_eq!(
+            n,
+            lines(97..104).replace("line 100\n", "line one hundred\n")
+        );
+    }
+
+    #[test]
+    fn edits_at_the_ends_and_small_files_keep_what_there_is() {
+        assert_eq!(
+            hunk("one\ntwo\n", "one\nthree\n", 3),
+            ("one\ntwo\n", "one\nthree\n")
+        );
+        let old = lines(0..10);
+        let appended = format!("{old}new\n");
+        assert_eq!(
+            hunk(&old, &appended, 3),
+            (
+                lines(7..10).as_str(),
+                format!("{}new\n", lines(7..10)).as_str()
+            )
+        );
+        let first = old.replacen("line 0", "zero", 1);
+        assert_eq!(hunk(&old, &first, 3).0, lines(0..4));
+        // No trailing newline; an unchanged file.
+        assert_eq!(hunk("a\nb", "a\nc", 0), ("b", "c"));
+        assert_eq!(hunk(&old, &old, 3), ("", ""));
+        // Two changes far apart: one region spanning both.
+        let two = old.replace("line 1\n", "x\n").replace("line 8\n", "y\n");
+        assert_eq!(hunk(&old, &two, 1).0, lines(0..10));
+        // Lines repeated around the change do not overlap head and tail.
+        assert_eq!(hunk("a\na\n", "a\na\na\n", 0), ("", "a\n"));
     }
 }

@@ -15,7 +15,10 @@
 //! session's `read_file`/`write_file`/`run_command` go through it
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
 //! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
-//! (`notify.rs`) feeds the engine's notifications.
+//! (`notify.rs`) feeds the engine's notifications. A prompt's images and
+//! linked files become the user message in `prompt.rs`; usage and the
+//! session's title go out from `usage.rs`; what a call's last update
+//! showed is kept for `session/load` by `views.rs`.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
 //! engine is used only through its public API, and the store only read
@@ -38,11 +41,14 @@ mod errors;
 mod notify;
 mod permissions;
 mod policy;
+mod prompt;
 mod session;
 mod state;
 mod terminal;
 mod titles;
 mod updates;
+mod usage;
+mod views;
 mod wire;
 
 use std::collections::HashMap;
@@ -103,6 +109,23 @@ pub struct AcpSettings {
     /// modes, issue 21) would choose one here by the session's mode.
     /// The default has no helper: commands are refused.
     pub sandbox: Arc<Sandbox>,
+    /// What becomes of a prompt sent while one runs in its session.
+    pub prompt_while_running: PromptWhileRunning,
+}
+
+/// `acp.prompt_while_running`: a prompt sent while a turn runs in its
+/// session is never refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptWhileRunning {
+    /// Answered after the running prompt, in the order they came (as
+    /// claude-agent-acp does).
+    #[default]
+    Queue,
+    /// Its words join the running turn, read by the model after the call
+    /// it is running (as codex-acp steers); answered when that turn ends.
+    /// A prompt with images is queued instead (interjections are text).
+    Interject,
 }
 
 impl Default for AcpSettings {
@@ -111,11 +134,13 @@ impl Default for AcpSettings {
             policies: Policies::default(),
             tracker: TrackerConfig {
                 call_byte_budget: Some(8 * 1024 * 1024),
+                bound_replaced_output: true,
                 ..TrackerConfig::coalescing()
             },
             watch: Some(WatchSettings::default()),
             max_open_sessions: 16,
             sandbox: Arc::new(Sandbox::none()),
+            prompt_while_running: PromptWhileRunning::default(),
         }
     }
 }
@@ -310,9 +335,21 @@ impl AcpAgent {
         if let Ok(mut caps) = self.caps.lock() {
             *caps = ClientCaps::from_request(&request);
         }
+        // One answer for every session, before any: images are taken when
+        // a model of the registry can see them (a session whose model
+        // cannot gets a clear error, never a silent drop).
+        let vision = self
+            .engine
+            .models()
+            .iter()
+            .any(|m| m.info.capabilities.vision);
         let capabilities = AgentCapabilities::new()
             .load_session(true)
-            .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+            .prompt_capabilities(
+                PromptCapabilities::new()
+                    .embedded_context(true)
+                    .image(vision),
+            )
             // Streamable HTTP; SSE is deprecated in MCP and not offered.
             .mcp_capabilities(McpCapabilities::new().http(true))
             .meta(agent_meta());
@@ -533,6 +570,11 @@ impl AcpAgent {
             last_used: Arc::new(AtomicU64::new(self.tick())),
             tasks: tools.tasks,
             model: Arc::new(Mutex::new(chosen)),
+            tally: Arc::default(),
+            interjected: Arc::default(),
+            turns: Arc::default(),
+            waiting: Arc::default(),
+            cancels: Arc::default(),
             _watcher: watcher,
         };
         // Turns the engine starts itself (a waking notification, a late
@@ -574,7 +616,12 @@ impl AcpAgent {
         while sessions.len() > max {
             let oldest = sessions
                 .iter()
-                .filter(|(id, s)| !s.is_prompting() && s.tasks.running() == 0 && Some(*id) != keep)
+                .filter(|(id, s)| {
+                    !s.is_prompting()
+                        && s.waiting.load(Ordering::SeqCst) == 0
+                        && s.tasks.running() == 0
+                        && Some(*id) != keep
+                })
                 .min_by_key(|(_, s)| s.last_used.load(Ordering::SeqCst))
                 .map(|(id, _)| id.clone());
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
@@ -803,7 +850,9 @@ impl AcpAgent {
             .await;
         tracing::info!(session = %id.0, "ACP session/load");
         // The history first, then the answer (as the protocol asks).
-        for update in session::replay(&branch, &request.cwd) {
+        let views = views::load(&self.engine, &branch).await;
+        let images = session::replay_images(store, &branch).await;
+        for update in session::replay(&branch, &request.cwd, &views, &images) {
             cx.send_notification(SessionNotification::new(id.clone(), update))?;
         }
         responder.respond(LoadSessionResponse::new().config_options(self.config_options(&id)))
@@ -876,7 +925,10 @@ impl AcpAgent {
         self.start_prompt(session, request, responder, cx)
     }
 
-    /// Starts `request`'s turn in `session` unless a prompt runs there.
+    /// Runs `request` in `session`: at once when nothing runs there;
+    /// otherwise after the running prompt (queued), or, with
+    /// `prompt_while_running = "interject"`, as words for the running
+    /// turn, answered when it ends. Never refused for the running one.
     fn start_prompt(
         &self,
         session: Session,
@@ -884,19 +936,61 @@ impl AcpAgent {
         responder: Responder<PromptResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
-        let Some(running) = session.start_prompt() else {
-            return responder.respond_with_error(invalid_params(
-                "a prompt is already running in this session: wait for its answer, or cancel it",
-            ));
-        };
-        session.cancelled.store(false, Ordering::SeqCst);
         let engine = self.engine.clone();
         let agent = self.clone();
-        let text = convert::prompt_text(&request.prompt);
-        let session_id = request.session_id;
+        let interject = self.settings.prompt_while_running == PromptWhileRunning::Interject;
+        // A cancel after this also cancels this prompt, should it wait.
+        let cancels = session.cancels.load(Ordering::SeqCst);
+        let session_id = request.session_id.clone();
         cx.clone().spawn(async move {
+            // Checked (and images stored) before it waits: bad input is
+            // answered at once, and the session stays usable.
+            let (content, text) = match prompt::content(&engine, &session, &request.prompt).await
+            {
+                Ok(converted) => converted,
+                Err(e) => return responder.respond_with_error(e),
+            };
+            let has_images = prompt::has_images(&content);
+            let mut start = session::Start::Send(content);
+            if interject && !has_images && session.is_prompting() {
+                match engine.interject(session.conversation, &text).await {
+                    Ok(toolwire_engine::Interjection::Queued) => {
+                        tracing::info!(session = %session_id.0, "ACP prompt interjected into the running turn");
+                        session.interjected.fetch_add(1, Ordering::SeqCst);
+                        // Answered once the turn that reads it has ended.
+                        let _ended = session.turns.clone().lock_owned().await;
+                        let stop = if session.cancels.load(Ordering::SeqCst) == cancels {
+                            StopReason::EndTurn
+                        } else {
+                            StopReason::Cancelled
+                        };
+                        return responder.respond(PromptResponse::new(stop));
+                    }
+                    // The turn ended meanwhile: the words started the next.
+                    Ok(toolwire_engine::Interjection::Started(handle)) => {
+                        start = session::Start::Running(handle);
+                    }
+                    Err(e) => return responder.respond_with_error(internal(e)),
+                }
+            }
+            // A session with prompts waiting is not parked under them.
+            session.waiting.fetch_add(1, Ordering::SeqCst);
+            let _turn = session.turns.clone().lock_owned().await;
+            session.waiting.fetch_sub(1, Ordering::SeqCst);
+            if session.cancels.load(Ordering::SeqCst) != cancels
+                && matches!(start, session::Start::Send(_))
+            {
+                return responder.respond(PromptResponse::new(StopReason::Cancelled));
+            }
+            let Some(running) = session.start_prompt() else {
+                return responder.respond_with_error(invalid_params(
+                    "a prompt is already running in this session: wait for its answer, or cancel it",
+                ));
+            };
+            session.cancelled.store(false, Ordering::SeqCst);
             let answer =
-                session::run_prompt(&engine, &session, session_id.clone(), &text, &cx).await;
+                session::run_prompt(&engine, &session, session_id.clone(), start, &text, &cx)
+                    .await;
             // Before the answer: the client may send its next prompt as
             // soon as it reads it.
             drop(running);
@@ -914,6 +1008,7 @@ impl AcpAgent {
 
     fn cancel(&self, id: &SessionId) {
         if let Some(session) = self.session(id) {
+            session.cancels.fetch_add(1, Ordering::SeqCst);
             session.cancelled.store(true, Ordering::SeqCst);
             let was_running = self.engine.cancel(session.conversation);
             tracing::info!(session = %id.0, was_running, "ACP session/cancel");

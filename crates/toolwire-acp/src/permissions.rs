@@ -3,6 +3,7 @@
 //! answers.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
@@ -10,11 +11,12 @@ use agent_client_protocol::v1::schema::{
     self as acp, PermissionOption, PermissionOptionKind, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId,
 };
-use toolwire_core::{Decision, GatedCall, ToolCall, ToolCallId};
+use toolwire_core::{Decision, GatedCall, ToolCall, ToolCallContent, ToolCallId};
 use toolwire_engine::Engine;
 
 use crate::policy::{Permissions, Policy};
 use crate::state::Session;
+use crate::updates::Updates;
 use crate::{convert, titles};
 
 const ALLOW_ONCE: &str = "allow_once";
@@ -43,12 +45,15 @@ fn permission_options() -> Vec<PermissionOption> {
 /// The answers to the waiting calls among `calls`, in order: a tool denied
 /// by configuration or always rejected in the session is rejected at once,
 /// the others are asked about. "Always" answers are remembered and stored.
+/// The diffs the requests showed go to `shown`: the editor has them, and
+/// the calls' later updates need not send them again.
 pub(crate) async fn ask(
     engine: &Engine,
     session: &Session,
     session_id: &SessionId,
     cx: &ConnectionTo<Client>,
     calls: &[GatedCall],
+    updates: &mut Updates<'_>,
 ) -> Result<Vec<(ToolCallId, Decision)>, agent_client_protocol::Error> {
     let mut decisions = Vec::new();
     for gated in calls.iter().filter(|c| c.gate.is_some()) {
@@ -83,11 +88,13 @@ pub(crate) async fn ask(
             decisions.push((call.id.clone(), cancelled_decision()));
             continue;
         }
-        let request = RequestPermissionRequest::new(
-            session_id.clone(),
-            permission_tool_call(session, call).await,
-            permission_options(),
-        );
+        let preview = session.edits.preview(&call.name, &call.arguments).await;
+        let tool_call = match updates.asked_about(call, preview.clone(), Instant::now()) {
+            Some(unsent) => unsent,
+            None => permission_tool_call(session, call, preview),
+        };
+        let request =
+            RequestPermissionRequest::new(session_id.clone(), tool_call, permission_options());
         let response = cx.send_request(request).block_task().await?;
         let decision = match response.outcome {
             // A cancel that came while the editor was asking wins over the
@@ -153,15 +160,17 @@ async fn remember(
     decision
 }
 
-/// The tool call a permission request is about: title, kind, locations,
-/// raw input and, for `write_file` and `apply_diff`, the diff it would
-/// make.
-async fn permission_tool_call(session: &Session, call: &ToolCall) -> acp::ToolCallUpdate {
+/// The whole tool call a permission request is about, for a call the
+/// editor was not shown yet: title, kind, locations, raw input and, for
+/// `write_file` and `apply_diff`, the diff it would make.
+fn permission_tool_call(
+    session: &Session,
+    call: &ToolCall,
+    preview: Option<ToolCallContent>,
+) -> acp::ToolCallUpdate {
     let mut state = titles::described_state(&call.id, &call.name, &call.arguments, &session.cwd);
     state.raw_input = Some(call.arguments.clone());
-    if let Some(diff) = session.edits.preview(&call.name, &call.arguments).await {
-        state.content = vec![diff];
-    }
+    state.content = preview.into_iter().collect();
     acp::ToolCallUpdate::from(convert::tool_call(&state))
 }
 

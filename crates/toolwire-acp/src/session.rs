@@ -9,7 +9,7 @@ use std::time::Instant;
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    self as acp, ContentChunk, PromptResponse, SessionId, SessionUpdate,
+    self as acp, ContentChunk, PromptResponse, SessionId, SessionNotification, SessionUpdate,
 };
 use toolwire_core::tool_events::result_text_with_images;
 use toolwire_core::{
@@ -21,17 +21,30 @@ use toolwire_tools::builtin::UPDATE_PLAN;
 
 use crate::errors::{internal, invalid_params};
 use crate::permissions::ask;
-use crate::state::Session;
+use crate::state::{Session, Tally};
 use crate::updates::{Updates, add_metrics};
-use crate::{convert, titles};
+use crate::usage::{self, Meter};
+use crate::views::Views;
+use crate::{convert, titles, views};
+use toolwire_store::Blob;
+
+/// How a prompt's turn starts.
+pub(crate) enum Start {
+    /// A user message of this content.
+    Send(Vec<ContentBlock>),
+    /// The turn an interjection started (no turn was running any more).
+    Running(toolwire_engine::TurnHandle),
+}
 
 /// Runs the prompt's turn to its end and says how the prompt is answered.
 /// A turn that pauses for approval asks the client about each waiting
-/// call and goes on with the answers, as often as it pauses.
+/// call and goes on with the answers, as often as it pauses. The first
+/// prompt of a session titles it (`text`, its words).
 pub(crate) async fn run_prompt(
     engine: &Engine,
     session: &Session,
     session_id: SessionId,
+    start: Start,
     text: &str,
     cx: &ConnectionTo<Client>,
 ) -> Result<PromptResponse, agent_client_protocol::Error> {
@@ -39,24 +52,46 @@ pub(crate) async fn run_prompt(
     // Follow before the turn starts, so that nothing is missed.
     let mut follower = engine.follow(conversation);
     let options = || session.turn_options();
-    // A turn paused for answers no prompt is asking for (one the engine
-    // started itself, or one whose editor went away while asking) would
-    // refuse this prompt: its calls are not run, and the model is told.
-    abandon_pending(
-        engine,
-        conversation,
-        "no one answered: a new prompt came first",
-    )
-    .await;
-    let handle = engine
-        .send_with(conversation, text, None, options())
-        .await
-        .map_err(|e| match e {
-            EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. } => {
-                invalid_params(e.to_string())
-            }
-            e => internal(e),
-        })?;
+    let tally = tally(engine, session).await;
+    if !tally.titled {
+        if let Some(title) = usage::title_of(text) {
+            cx.send_notification(SessionNotification::new(
+                session_id.clone(),
+                SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
+            ))?;
+        }
+        set_tally(
+            session,
+            Tally {
+                titled: true,
+                ..tally
+            },
+        );
+    }
+    let handle = match start {
+        Start::Running(handle) => handle,
+        Start::Send(content) => {
+            // A turn paused for answers no prompt is asking for (one the
+            // engine started itself, or one whose editor went away while
+            // asking) would refuse this prompt: its calls are not run, and
+            // the model is told.
+            abandon_pending(
+                engine,
+                conversation,
+                "no one answered: a new prompt came first",
+            )
+            .await;
+            engine
+                .send_content_with(conversation, content, None, options())
+                .await
+                .map_err(|e| match e {
+                    EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. } => {
+                        invalid_params(e.to_string())
+                    }
+                    e => internal(e),
+                })?
+        }
+    };
     // A cancel that came before the turn started found nothing to stop.
     if session.cancelled.load(Ordering::SeqCst) {
         engine.cancel(conversation);
@@ -85,7 +120,8 @@ pub(crate) async fn run_prompt(
         }
     });
     let _stop_forwarding = AbortOnDrop(forward);
-    let mut updates = Updates::new(session_id.clone(), session, cx);
+    let mut meter = Meter::new(engine, session.model().as_deref(), tally.spent);
+    let mut updates = Updates::new(session_id.clone(), session, cx).metered(&mut meter);
     let result = drive(
         engine,
         session,
@@ -120,8 +156,49 @@ pub(crate) async fn run_prompt(
         add_metrics(&mut total, &updates.metrics());
     }
     tracing::debug!(session = %session_id.0, "{}", crate::updates::session_metrics_line(&updates.metrics()));
+    let views = updates.take_views();
+    drop(updates);
+    views::save(engine, conversation, views).await;
+    set_tally(
+        session,
+        Tally {
+            spent: meter.spent(),
+            titled: true,
+        },
+    );
     flushed?;
-    result
+    result.map(|response| response.usage(meter.turn_usage()))
+}
+
+/// What the session's history says, read once while it is open.
+async fn tally(engine: &Engine, session: &Session) -> Tally {
+    if let Some(tally) = session.tally.lock().ok().and_then(|t| *t) {
+        return tally;
+    }
+    let store = engine.store();
+    let history = match store.conversation(session.conversation).await {
+        Ok(c) => store.path_to(c.active_leaf).await,
+        Err(e) => Err(e),
+    };
+    match history {
+        Ok(history) => Tally {
+            spent: usage::Spent::of(&history),
+            titled: usage::has_user_message(&history),
+        },
+        Err(e) => {
+            tracing::warn!(session = %session.conversation, error = %e, "reading the session's history for its usage");
+            Tally {
+                spent: usage::Spent::default(),
+                titled: true,
+            }
+        }
+    }
+}
+
+fn set_tally(session: &Session, tally: Tally) {
+    if let Ok(mut t) = session.tally.lock() {
+        *t = Some(tally);
+    }
 }
 
 /// Aborts a task when dropped.
@@ -191,7 +268,7 @@ async fn drive(
                     .map(|p| p.calls)
                     .unwrap_or_default(),
             };
-            let decisions = match ask(engine, session, session_id, cx, &calls).await {
+            let decisions = match ask(engine, session, session_id, cx, &calls, updates).await {
                 Ok(decisions) => decisions,
                 Err(e) => {
                     // The editor could not be asked: the conversation must
@@ -222,7 +299,25 @@ async fn drive(
             }
             return Ok(PromptResponse::new(acp::StopReason::Cancelled));
         }
-        return match convert::stop_reason(outcome.reason) {
+        let mut reason = outcome.reason;
+        // Words interjected too late for this turn start the next one: the
+        // prompt goes on to its end, so its editor sees the answer.
+        if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
+            if let Some(next) =
+                follow_handover(engine, conversation, run_id, updates, batches).await?
+            {
+                reason = next;
+            }
+            if cancelled() {
+                return Ok(PromptResponse::new(acp::StopReason::Cancelled));
+            }
+        }
+        if reason == StopReason::RequiresApproval {
+            // Its calls wait for the next prompt, which ends them unrun.
+            tracing::warn!(%conversation, "the turn an interjection started waits for answers no prompt asks for");
+            reason = StopReason::EndTurn;
+        }
+        return match convert::stop_reason(reason) {
             Some(reason) => Ok(PromptResponse::new(reason)),
             None => Err(internal(format!(
                 "the turn stopped with {}: {}",
@@ -232,6 +327,58 @@ async fn drive(
         };
     }
 }
+
+/// Follows the turn that words interjected too late for turn `ended`
+/// started, to its end; `None` when no such turn comes (the engine is
+/// idle) or the events end.
+async fn follow_handover(
+    engine: &Engine,
+    conversation: ConversationId,
+    ended: toolwire_core::RunId,
+    updates: &mut Updates<'_>,
+    batches: &mut Batches,
+) -> Result<Option<StopReason>, agent_client_protocol::Error> {
+    let mut run = None;
+    loop {
+        let deadline = updates.next_deadline();
+        let batch = tokio::select! {
+            batch = batches.recv() => batch,
+            () = sleep_until(deadline) => {
+                updates.tick(Instant::now())?;
+                continue;
+            }
+            () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
+                if engine.is_running(conversation) {
+                    continue;
+                }
+                return Ok(None);
+            }
+        };
+        let Some(batch) = batch else {
+            return Ok(None);
+        };
+        for stored in batch {
+            let id = stored.event.run_id();
+            if id == ended {
+                continue;
+            }
+            if run.is_none() && matches!(stored.event, AgentEvent::TurnStarted { .. }) {
+                run = Some(id);
+            }
+            if Some(id) != run {
+                continue;
+            }
+            if let AgentEvent::Stopped { reason, .. } = &stored.event {
+                return Ok(Some(*reason));
+            }
+            updates.event(&stored.event)?;
+        }
+    }
+}
+
+/// How often a prompt waiting for the turn its interjection starts looks
+/// whether the engine still runs one.
+const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Ends the conversation's paused turn, if one waits for answers: its
 /// calls are recorded as not run, with `why`, and the conversation takes
@@ -259,7 +406,16 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// branch) again, for `session/load`: user and agent text, reasoning,
 /// each tool call once with its final status and result, and each plan
 /// `update_plan` recorded (as a `plan`, in its place).
-pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
+///
+/// What the calls' last live updates showed (`views`: an edit's diff, the
+/// locations a tool reported) replays as it was; the user's images
+/// (`images`, their bytes by SHA-256) replay as images.
+pub(crate) fn replay(
+    messages: &[Message],
+    cwd: &Path,
+    views: &Views,
+    images: &HashMap<String, Blob>,
+) -> Vec<SessionUpdate> {
     let mut results: HashMap<&ToolCallId, (String, bool)> = HashMap::new();
     for message in messages {
         for block in &message.content {
@@ -284,7 +440,11 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
                     updates.push(SessionUpdate::UserMessageChunk(chunk(text)));
                 }
                 (Role::User, ContentBlock::Image(image)) => {
-                    updates.push(SessionUpdate::UserMessageChunk(chunk(&image.mention())));
+                    let block = match images.get(&image.sha256) {
+                        Some(blob) => crate::prompt::image_block(&blob.media_type, &blob.bytes),
+                        None => convert::text_block(&image.mention()),
+                    };
+                    updates.push(SessionUpdate::UserMessageChunk(ContentChunk::new(block)));
                 }
                 (Role::Assistant, ContentBlock::Text { text }) => {
                     updates.push(SessionUpdate::AgentMessageChunk(chunk(text)));
@@ -327,6 +487,15 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
                         };
                         state.content = vec![ToolCallContent::text(replayed_result(text))];
                     }
+                    if let Some(view) = views.get(&(message.id, id.clone())) {
+                        if let Some(content) = &view.content {
+                            state.content = content.clone();
+                            state.raw_output = view.raw_output.clone();
+                        }
+                        if let Some(locations) = &view.locations {
+                            state.locations = locations.clone();
+                        }
+                    }
                     updates.push(SessionUpdate::ToolCall(convert::tool_call(&state)));
                 }
                 _ => {}
@@ -334,6 +503,39 @@ pub(crate) fn replay(messages: &[Message], cwd: &Path) -> Vec<SessionUpdate> {
         }
     }
     updates
+}
+
+/// The bytes of the user's images on `branch` (one read per image; one
+/// that cannot be read replays as its mention).
+pub(crate) async fn replay_images(
+    store: &dyn toolwire_store::StoreRead,
+    branch: &[Message],
+) -> HashMap<String, Blob> {
+    let mut images = HashMap::new();
+    let refs = branch
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::Image(image) => Some(image.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    for image in refs {
+        if images.contains_key(&image.sha256) {
+            continue;
+        }
+        match store.blob(&image.sha256).await {
+            Ok(Some(blob)) => {
+                images.insert(image.sha256.clone(), blob);
+            }
+            Ok(None) => tracing::warn!(sha256 = %image.sha256, "a replayed image is not stored"),
+            Err(e) => {
+                tracing::warn!(sha256 = %image.sha256, error = %e, "reading a replayed image")
+            }
+        }
+    }
+    images
 }
 
 /// A result as a replay shows it: at most its last [`OUTPUT_LIMIT`]
@@ -395,7 +597,13 @@ mod tests {
                 }],
             ),
         ];
-        let json = serde_json::to_value(replay(&branch, Path::new("/w"))).unwrap_or_default();
+        let json = serde_json::to_value(replay(
+            &branch,
+            Path::new("/w"),
+            &Views::new(),
+            &HashMap::new(),
+        ))
+        .unwrap_or_default();
         assert_eq!(
             json,
             serde_json::json!([
@@ -465,7 +673,13 @@ mod tests {
                 vec![result("p1", false), result("p2", true)],
             ),
         ];
-        let json = serde_json::to_value(replay(&branch, Path::new("/w"))).unwrap_or_default();
+        let json = serde_json::to_value(replay(
+            &branch,
+            Path::new("/w"),
+            &Views::new(),
+            &HashMap::new(),
+        ))
+        .unwrap_or_default();
         assert_eq!(
             json,
             serde_json::json!([{

@@ -51,6 +51,20 @@ pub(crate) struct Session {
     /// `run_command`'s background tasks: a session with some running is
     /// not parked (parking would stop them).
     pub(crate) tasks: Arc<builtin::BackgroundTasks>,
+    /// What the session has spent and whether it has a title, once its
+    /// history was read (at its first prompt since it opened).
+    pub(crate) tally: Arc<Mutex<Option<Tally>>>,
+    /// Held by the running prompt: prompts that come meanwhile wait here,
+    /// in order (`acp.prompt_while_running`).
+    pub(crate) turns: Arc<tokio::sync::Mutex<()>>,
+    /// Prompts waiting for `turns`.
+    pub(crate) waiting: Arc<AtomicU64>,
+    /// Prompts interjected into the running turn: it follows the turn
+    /// they start should they come too late for it.
+    pub(crate) interjected: Arc<AtomicU64>,
+    /// Counts `session/cancel`s: a prompt waiting for its turn that sees
+    /// it move was cancelled with the running one.
+    pub(crate) cancels: Arc<AtomicU64>,
     /// The model chosen for the session (`None`: the default).
     pub(crate) model: Arc<Mutex<Option<String>>>,
     /// The watcher of `cwd`, telling this session's conversation only; it
@@ -104,6 +118,14 @@ impl Session {
     pub(crate) fn metrics(&self) -> TrackerMetrics {
         self.metrics.lock().map(|m| *m).unwrap_or_default()
     }
+}
+
+/// What a session's history says, kept while it is open.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tally {
+    pub spent: crate::usage::Spent,
+    /// A prompt titled it.
+    pub titled: bool,
 }
 
 /// Clears a session's running prompt when the prompt ends, however.

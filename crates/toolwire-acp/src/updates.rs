@@ -17,11 +17,14 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Map, Value, json};
 use toolwire_core::{
-    AgentEvent, ContentBlock, Location, Message, Progress, ToolCall, ToolCallContent, ToolCallId,
-    ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError, TrackerMetrics,
+    AgentEvent, ContentBlock, Location, Message, MessageId, Progress, ToolCall, ToolCallContent,
+    ToolCallId, ToolCallPatch, ToolCallState, ToolCallStatus, ToolCallTracker, TrackerError,
+    TrackerMetrics,
 };
 
 use crate::state::Session;
+use crate::usage::Meter;
+use crate::views::CallView;
 use crate::{convert, notify, titles};
 use toolwire_core::tool_events::{failure_text, result_text_with_images};
 use toolwire_tools::builtin::UPDATE_PLAN;
@@ -38,6 +41,9 @@ struct CallInfo {
     streamed: bool,
     /// `_meta.terminal_info` went out.
     terminal_shown: bool,
+    /// The tool reported locations while it ran: the replay needs them
+    /// kept.
+    moved: bool,
 }
 
 impl CallInfo {
@@ -53,6 +59,38 @@ pub(crate) struct Updates<'a> {
     cx: &'a ConnectionTo<Client>,
     tracker: ToolCallTracker,
     calls: HashMap<ToolCallId, CallInfo>,
+    /// The assistant message of each call, for its stored view.
+    messages: HashMap<ToolCallId, MessageId>,
+    /// What the calls' final updates left shown, to be stored.
+    views: Vec<(MessageId, ToolCallId, CallView)>,
+    /// Usage and cost, as the turn's steps report them.
+    meter: Option<&'a mut Meter>,
+    /// The model's text not sent yet (joined within the window).
+    text: Option<WaitingText>,
+}
+
+/// Which of the model's streams a text chunk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Message,
+    Thought,
+}
+
+impl Stream {
+    fn chunk(self, text: &str) -> SessionUpdate {
+        let chunk = ContentChunk::new(convert::text_block(text));
+        match self {
+            Stream::Message => SessionUpdate::AgentMessageChunk(chunk),
+            Stream::Thought => SessionUpdate::AgentThoughtChunk(chunk),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct WaitingText {
+    stream: Stream,
+    text: String,
+    since: Instant,
 }
 
 impl<'a> Updates<'a> {
@@ -67,7 +105,22 @@ impl<'a> Updates<'a> {
             cx,
             tracker: ToolCallTracker::new(session.tracker.clone()),
             calls: HashMap::new(),
+            messages: HashMap::new(),
+            views: Vec::new(),
+            meter: None,
+            text: None,
         }
+    }
+
+    /// These updates, with a `usage_update` after each step `meter` counts.
+    pub(crate) fn metered(mut self, meter: &'a mut Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// The final views of the calls that ended, taken.
+    pub(crate) fn take_views(&mut self) -> Vec<(MessageId, ToolCallId, CallView)> {
+        std::mem::take(&mut self.views)
     }
 
     pub(crate) fn metrics(&self) -> TrackerMetrics {
@@ -79,15 +132,48 @@ impl<'a> Updates<'a> {
             .send_notification(SessionNotification::new(self.session_id.clone(), update))
     }
 
+    /// The tool call of the permission request about `call`: what the
+    /// editor was not sent yet of it (its arguments' title and locations,
+    /// its raw input, the diff `preview` it would make), with its title and
+    /// kind (a dialog names the call). What the request carries counts as
+    /// sent, so no update repeats it. `None` for a call not announced.
+    pub(crate) fn asked_about(
+        &mut self,
+        call: &ToolCall,
+        preview: Option<ToolCallContent>,
+        now: Instant,
+    ) -> Option<agent_client_protocol::v1::schema::ToolCallUpdate> {
+        self.tracker.current(&call.id)?;
+        let mut patch = self
+            .described(&call.id, &call.arguments)
+            .raw_input(call.arguments.clone());
+        if let Some(preview) = preview {
+            patch = patch.content(vec![preview]);
+        }
+        self.tracker.push(patch, now).ok()?;
+        let mut unsent = match self.tracker.flush(&call.id, now) {
+            Ok(Some(unsent)) => unsent,
+            _ => ToolCallPatch::new(call.id.clone()),
+        };
+        let shown = self.tracker.last_sent(&call.id)?;
+        unsent.title = Some(shown.title.clone());
+        unsent.kind = Some(shown.kind);
+        Some(convert::tool_call_update(&unsent))
+    }
+
     pub(crate) fn event(&mut self, event: &AgentEvent) -> Result<(), agent_client_protocol::Error> {
         let now = Instant::now();
         match event {
-            AgentEvent::TextDelta { text, .. } => self.send(SessionUpdate::AgentMessageChunk(
-                ContentChunk::new(convert::text_block(text)),
-            )),
-            AgentEvent::ReasoningDelta { text, .. } => self.send(SessionUpdate::AgentThoughtChunk(
-                ContentChunk::new(convert::text_block(text)),
-            )),
+            AgentEvent::TextDelta { text, .. } => {
+                return self.text(Stream::Message, text, now);
+            }
+            AgentEvent::ReasoningDelta { text, .. } => {
+                return self.text(Stream::Thought, text, now);
+            }
+            // Whatever else comes after the text waiting: it goes first.
+            _ => self.flush_text()?,
+        }
+        match event {
             AgentEvent::ToolCallStarted { call_id, name, .. } => self.announce(call_id, name),
             AgentEvent::ArgumentField {
                 call_id,
@@ -106,8 +192,22 @@ impl<'a> Updates<'a> {
                 let patch = self.described(call_id, &args);
                 self.patch(patch, now)
             }
-            AgentEvent::ToolCallsGenerated { calls, .. } => {
+            AgentEvent::AssistantMessageCreated { message, .. } => {
+                for block in &message.content {
+                    if let ContentBlock::ToolUse { id, .. } = block {
+                        self.messages.insert(id.clone(), message.id);
+                    }
+                }
+                match self.meter.as_mut().and_then(|m| m.step(message)) {
+                    Some(usage) => self.send(SessionUpdate::UsageUpdate(usage)),
+                    None => Ok(()),
+                }
+            }
+            AgentEvent::ToolCallsGenerated {
+                calls, message_id, ..
+            } => {
                 for call in calls {
+                    self.messages.insert(call.id.clone(), *message_id);
                     self.announce(&call.id, &call.name)?;
                     if self.generated_plan(call) {
                         continue;
@@ -119,9 +219,12 @@ impl<'a> Updates<'a> {
                 }
                 Ok(())
             }
-            AgentEvent::ApprovalRequested { calls, .. } => {
+            AgentEvent::ApprovalRequested {
+                calls, message_id, ..
+            } => {
                 for gated in calls {
                     let call = &gated.call;
+                    self.messages.insert(call.id.clone(), *message_id);
                     self.announce(&call.id, &call.name)?;
                     if self.generated_plan(call) {
                         continue;
@@ -130,9 +233,11 @@ impl<'a> Updates<'a> {
                         .described(&call.id, &call.arguments)
                         .raw_input(call.arguments.clone());
                     self.patch(patch, now)?;
-                    // The permission request comes next: the editor shows
-                    // the call as it is asked about.
-                    self.flush(&call.id, now)?;
+                    // A call that is not asked about is shown now; the
+                    // permission request of one that is carries what waits.
+                    if gated.gate.is_none() {
+                        self.flush(&call.id, now)?;
+                    }
                 }
                 Ok(())
             }
@@ -154,13 +259,28 @@ impl<'a> Updates<'a> {
             } => match progress {
                 Progress::Output { text } => self.output(call_id, text, now),
                 Progress::Locations { locations } => {
-                    let locations = locations
+                    // A place already shown with its line keeps it when the
+                    // tool names the file alone: nothing changed to send.
+                    let shown = self
+                        .tracker
+                        .current(call_id)
+                        .map(|s| s.locations.clone())
+                        .unwrap_or_default();
+                    let locations: Vec<Location> = locations
                         .iter()
-                        .map(|l| Location {
-                            path: titles::absolute(&self.session.cwd, &l.path),
-                            line: l.line,
+                        .map(|l| {
+                            let path = titles::absolute(&self.session.cwd, &l.path);
+                            let line = l.line.or_else(|| {
+                                shown.iter().find(|s| s.path == path).and_then(|s| s.line)
+                            });
+                            Location { path, line }
                         })
                         .collect();
+                    if locations != shown
+                        && let Some(info) = self.calls.get_mut(call_id)
+                    {
+                        info.moved = true;
+                    }
                     self.patch(
                         ToolCallPatch::new(call_id.clone()).locations(locations),
                         now,
@@ -394,17 +514,53 @@ impl<'a> Updates<'a> {
         } else {
             // An edit that ran shows the diff it made (as editors show an
             // agent's edits), its result under it; a failed one its error.
+            // A diff the permission request showed stays shown: ACP
+            // replaces content whole, so the result goes beside it, as the
+            // raw output, rather than the diff a second time.
             let diff = diff.filter(|_| status == ToolCallStatus::Completed);
-            let mut content: Vec<ToolCallContent> = diff.into_iter().collect();
-            content.push(ToolCallContent::text(result));
-            patch = patch.content(content);
+            let shown = self
+                .tracker
+                .last_sent(id)
+                .is_some_and(|sent| diff.as_ref().is_some_and(|d| sent.content == [d.clone()]));
+            if shown {
+                patch = patch.raw_output(Value::String(result));
+            } else {
+                let mut content: Vec<ToolCallContent> = diff.into_iter().collect();
+                content.push(ToolCallContent::text(result));
+                patch = patch.content(content);
+            }
         }
+        let view = self.final_view(id, &patch);
         if let Err(e) = self.tracker.push(patch, now) {
             tracing::debug!(error = %e, "final update dropped");
             return Ok(());
         }
+        if let (Some(view), Some(message)) = (view, self.messages.get(id)) {
+            self.views.push((*message, id.clone(), view));
+        }
         let tracked = self.tracker.flush(id, now);
         self.send_tracked(tracked, exit, "final update dropped")
+    }
+
+    /// What call `id` shows once `last` (its final patch) is applied, when
+    /// a replay could not show it from the stored messages: a diff, or
+    /// locations the tool reported.
+    fn final_view(&self, id: &ToolCallId, last: &ToolCallPatch) -> Option<CallView> {
+        let mut state = self.tracker.current(id)?.clone();
+        last.apply_to(&mut state);
+        let has_diff = state
+            .content
+            .iter()
+            .any(|c| matches!(c, ToolCallContent::Diff { .. }));
+        let moved = self.calls.get(id).is_some_and(|c| c.moved);
+        if !has_diff && !moved {
+            return None;
+        }
+        Some(CallView {
+            content: has_diff.then(|| state.content.clone()),
+            locations: moved.then(|| state.locations.clone()),
+            raw_output: state.raw_output.clone().filter(|_| has_diff),
+        })
     }
 
     /// Ends, as failed with `why`, the calls still open when the prompt
@@ -431,6 +587,7 @@ impl<'a> Updates<'a> {
     /// Sends everything waiting (before text that must come after it, and
     /// at the end of the turn).
     pub(crate) fn flush_all(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        self.flush_text()?;
         for patch in self.tracker.flush_all(now) {
             self.send_patch(patch, None)?;
         }
@@ -439,11 +596,62 @@ impl<'a> Updates<'a> {
 
     /// When something waiting becomes due.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.tracker.next_deadline()
+        let text = self
+            .text
+            .as_ref()
+            .map(|t| t.since + self.tracker.config().window);
+        match (self.tracker.next_deadline(), text) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Text of the model, joined with the text of the same kind that came
+    /// within the coalescing window (a model streams a few characters at a
+    /// time, and each chunk on its own costs a notification's envelope).
+    fn text(
+        &mut self,
+        stream: Stream,
+        text: &str,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        if !self.tracker.config().coalesce {
+            return self.send(stream.chunk(text));
+        }
+        match &mut self.text {
+            Some(waiting) if waiting.stream == stream => waiting.text.push_str(text),
+            _ => {
+                self.flush_text()?;
+                // Tool call changes that came before the text go before it.
+                for patch in self.tracker.flush_all(now) {
+                    self.send_patch(patch, None)?;
+                }
+                self.text = Some(WaitingText {
+                    stream,
+                    text: text.to_owned(),
+                    since: now,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_text(&mut self) -> Result<(), agent_client_protocol::Error> {
+        match self.text.take() {
+            Some(waiting) => self.send(waiting.stream.chunk(&waiting.text)),
+            None => Ok(()),
+        }
     }
 
     /// Sends what is due at `now`.
     pub(crate) fn tick(&mut self, now: Instant) -> Result<(), agent_client_protocol::Error> {
+        if self
+            .text
+            .as_ref()
+            .is_some_and(|t| t.since + self.tracker.config().window <= now)
+        {
+            self.flush_text()?;
+        }
         for patch in self.tracker.due(now) {
             self.send_patch(patch, None)?;
         }

@@ -349,6 +349,10 @@ struct AcpFile {
     /// recently used beyond them is closed until its next prompt
     /// (default 16).
     max_open_sessions: Option<usize>,
+    /// A prompt sent while one runs in the session: `"queue"` (answered
+    /// after it, in order; the default) or `"interject"` (lands in the
+    /// running turn).
+    prompt_while_running: Option<toolwire_acp::PromptWhileRunning>,
 }
 
 impl AcpFile {
@@ -381,6 +385,9 @@ impl AcpFile {
                 .map_or(defaults.max_open_sessions, |n| n.max(1)),
             // Filled by `acp` once the engine (and its sandbox) started.
             sandbox: defaults.sandbox,
+            prompt_while_running: self
+                .prompt_while_running
+                .unwrap_or(defaults.prompt_while_running),
         }
     }
 }

@@ -442,7 +442,23 @@ pub struct TrackerConfig {
     /// once per [`OVER_BUDGET_INTERVAL`] (coalescing only). Bounds the
     /// bytes of a replaced output that runs for minutes. `None`: no budget.
     pub call_byte_budget: Option<u64>,
+    /// Replaced output is bounded in total: its replacements send at most
+    /// [`REPLACED_OUTPUT_RATIO`] times the output, plus
+    /// [`REPLACED_OUTPUT_ALLOWANCE`] (past it the next waits until the
+    /// output has grown enough). Off: only the rate bounds them.
+    pub bound_replaced_output: bool,
 }
+
+/// Replaced output (a client without appended output) is sent whole, up to
+/// `output_limit`, each time: in total, a call's replacements send at most
+/// this many times its output, plus [`REPLACED_OUTPUT_ALLOWANCE`]. Past
+/// it, the next replacement waits until the output has grown enough; the
+/// final update is never held.
+pub const REPLACED_OUTPUT_RATIO: f64 = 1.5;
+
+/// Bytes of replacements a call may send beyond [`REPLACED_OUTPUT_RATIO`]
+/// times its output, so that short output shows as it comes.
+pub const REPLACED_OUTPUT_ALLOWANCE: u64 = 32 * 1024;
 
 /// How often a call past its [`TrackerConfig::call_byte_budget`] may send
 /// a patch that leaves its status alone.
@@ -458,6 +474,7 @@ impl Default for TrackerConfig {
             appended_output: false,
             output_limit: OUTPUT_LIMIT,
             call_byte_budget: None,
+            bound_replaced_output: false,
         }
     }
 }
@@ -584,6 +601,10 @@ struct Output {
     /// The content is a status line put there by
     /// [`ToolCallTracker::status_line`], for the next one to replace.
     status_line: bool,
+    /// Replaced-content mode: bytes of output so far, and bytes of the
+    /// tails sent (each replacement sends its whole tail again).
+    seen: u64,
+    replaced: u64,
 }
 
 #[derive(Debug)]
@@ -807,6 +828,7 @@ impl ToolCallTracker {
                 .get_or_insert_with(OutputTail::default)
                 .push(data, limit);
             call.output.dirty = true;
+            call.output.seen += data.len() as u64;
         }
         let merged = mark_pending(call, now);
         self.metrics.coalesced += u64::from(merged);
@@ -926,6 +948,13 @@ impl ToolCallTracker {
         if call.target.status != call.sent.status {
             return Some(window_end);
         }
+        if self.config.bound_replaced_output
+            && replacement_over_budget(&call.output, self.config.output_limit)
+        {
+            // Held until the output grows enough to pay for its tail, or
+            // the call ends (its final status is never held).
+            return None;
+        }
         let over_budget = self
             .config
             .call_byte_budget
@@ -948,6 +977,13 @@ impl ToolCallTracker {
 
     fn emit_if_ready(&mut self, id: &ToolCallId, now: Instant) -> Option<ToolCallPatch> {
         let call = self.calls.get(id)?;
+        if !self.config.coalesce
+            && self.config.bound_replaced_output
+            && call.target.status == call.sent.status
+            && replacement_over_budget(&call.output, self.config.output_limit)
+        {
+            return None;
+        }
         let at = self.ready_at(call)?;
         if self.config.coalesce && at > now {
             return None;
@@ -1018,7 +1054,9 @@ fn render_output(call: &mut Call, limit: usize) {
         return;
     };
     output.dirty = false;
-    let item = ToolCallContent::text(tail.render(limit));
+    let rendered = tail.render(limit);
+    output.replaced += rendered.len() as u64;
+    let item = ToolCallContent::text(rendered);
     let content = &mut call.target.content;
     match output.slot {
         Some(i) if i < content.len() => content[i] = item,
@@ -1027,6 +1065,20 @@ fn render_output(call: &mut Call, limit: usize) {
             output.slot = Some(content.len() - 1);
         }
     }
+}
+
+/// Whether sending a call's replaced output now would take the tails it
+/// sent past [`REPLACED_OUTPUT_RATIO`] times its output (plus
+/// [`REPLACED_OUTPUT_ALLOWANCE`]): the bound is on the total, not per
+/// second, so output that trickles in for minutes does not send its tail
+/// again and again.
+fn replacement_over_budget(output: &Output, limit: usize) -> bool {
+    if !output.dirty || output.tail.is_none() {
+        return false;
+    }
+    let next = output.seen.min(limit as u64);
+    let allowed = REPLACED_OUTPUT_RATIO * output.seen as f64 + REPLACED_OUTPUT_ALLOWANCE as f64;
+    (output.replaced + next) as f64 > allowed
 }
 
 fn terminal_id(state: &ToolCallState) -> Option<&str> {
@@ -1085,9 +1137,12 @@ mod tests {
 
     /// Patches of a call sending 2 KB of replaced output every 50 ms for
     /// 5 s, with a budget of `budget` bytes.
+    /// Patches of a call appending 2 KB every 50 ms for 5 s (appended
+    /// output: replaced output has its own bound in total, below).
     fn patches_over_five_seconds(budget: Option<u64>) -> u64 {
         let mut t = ToolCallTracker::new(TrackerConfig {
             call_byte_budget: budget,
+            appended_output: true,
             ..TrackerConfig::coalescing()
         });
         let id = ToolCallId::from("c");
@@ -1116,11 +1171,50 @@ mod tests {
     }
 
     #[test]
+    fn replaced_output_trickling_in_sends_at_most_one_and_a_half_times_itself() {
+        let mut t = ToolCallTracker::new(TrackerConfig {
+            bound_replaced_output: true,
+            ..TrackerConfig::coalescing()
+        });
+        let id = ToolCallId::from("c");
+        let mut s = ToolCallState::new("c", "Run make", ToolKind::Execute);
+        s.status = ToolCallStatus::InProgress;
+        assert!(t.announce(s).is_ok());
+        let start = Instant::now();
+        let line = format!("{}\n", "x".repeat(79));
+        let (mut sent, mut patches) = (0u64, 0u32);
+        // 3,500 lines of 80 bytes, 50 every 50 ms.
+        for i in 0..70u32 {
+            let at = start + Duration::from_millis(50) * i;
+            for patch in t.due(at) {
+                sent += json_len(&patch);
+                patches += 1;
+            }
+            if let Ok(Some(patch)) = t.append_output(&id, &line.repeat(50), at) {
+                sent += json_len(&patch);
+                patches += 1;
+            }
+        }
+        let output = 3_500 * 80;
+        let bound = REPLACED_OUTPUT_RATIO * output as f64 + REPLACED_OUTPUT_ALLOWANCE as f64;
+        assert!(
+            (sent as f64) < bound * 1.05,
+            "{sent} bytes in {patches} patches"
+        );
+        assert!(
+            patches >= 4,
+            "it still shows the output as it comes: {patches}"
+        );
+        // Without the bound each of the ~70 windows would re-send its tail.
+        assert!(sent < 70 * 64 * 1024 / 4, "{sent}");
+    }
+
+    #[test]
     fn a_call_past_its_budget_slows_to_one_patch_a_second() {
         let free = patches_over_five_seconds(None);
-        let budgeted = patches_over_five_seconds(Some(20_000));
+        let budgeted = patches_over_five_seconds(Some(8_000));
         assert!(free >= 50, "{free}");
-        // A few at the full rate until 20 kB are out, then one a second,
+        // A few at the full rate until 8 kB are out, then one a second,
         // and the final status.
         assert!(budgeted <= 12, "{budgeted}");
     }

@@ -101,6 +101,8 @@ pub struct WireCheck {
     /// Each `session/update` the agent wrote: its kind, the bytes of its
     /// line and of its `update` object.
     updates: Arc<Mutex<Vec<UpdateSize>>>,
+    /// Each request the agent sent: its method and the bytes of its line.
+    requests: Arc<Mutex<Vec<(String, usize)>>>,
 }
 
 /// The size of one `session/update` on the wire.
@@ -129,6 +131,11 @@ impl WireCheck {
     /// The `session/update`s the agent wrote so far, in order.
     pub fn updates(&self) -> Vec<UpdateSize> {
         self.updates.lock().expect("updates").clone()
+    }
+
+    /// The requests the agent sent so far (method, line bytes), in order.
+    pub fn requests(&self) -> Vec<(String, usize)> {
+        self.requests.lock().expect("requests").clone()
     }
 
     /// Panics listing every message the agent wrote that the schema rejects.
@@ -165,6 +172,12 @@ impl WireCheck {
         }
         let (method, problems) = match serde_json::from_str::<Value>(text) {
             Ok(msg) => {
+                if let (Some(method), Some(_)) = (msg["method"].as_str(), msg.get("id")) {
+                    self.requests
+                        .lock()
+                        .expect("requests")
+                        .push((method.to_owned(), line.len()));
+                }
                 if msg["method"] == "session/update" {
                     let update = &msg["params"]["update"];
                     self.updates.lock().expect("updates").push(UpdateSize {

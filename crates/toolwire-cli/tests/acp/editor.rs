@@ -92,7 +92,7 @@ async fn files_and_commands_through_the_editor(cwd_is_a_link: bool) {
 
     let updates = editor.updates();
     // Both edits show what they did to the editor's buffer once run.
-    let mut done: Vec<(Option<String>, String)> = completed_diffs(&updates)
+    let mut done: Vec<(Option<String>, String)> = diffs_shown_when_done(&updates, &asked)
         .into_iter()
         .map(|(d, _)| (d.old_text, d.new_text))
         .collect();

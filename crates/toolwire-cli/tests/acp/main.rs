@@ -55,8 +55,10 @@ mod models;
 mod notifications;
 mod parking;
 mod permissions;
+mod prompts;
 mod sessions;
 mod terminal;
+mod wire_bytes;
 
 // The mock model server (real HTTP, OpenAI's wire format).
 use toolwire_test_support as support;
@@ -650,6 +652,38 @@ fn completed_diffs(updates: &[SessionUpdate]) -> Vec<(Diff, String)> {
             _ => None,
         })
         .collect()
+}
+
+/// The diffs the calls that completed show, each with its result: the
+/// completed update's own diff and the text after it, or, when that update
+/// sent no content (its permission request showed the diff, which stays),
+/// the request's diff and the result in `rawOutput`.
+fn diffs_shown_when_done(
+    updates: &[SessionUpdate],
+    asked: &[RequestPermissionRequest],
+) -> Vec<(Diff, String)> {
+    let mut shown = Vec::new();
+    for update in updates {
+        let SessionUpdate::ToolCallUpdate(up) = update else {
+            continue;
+        };
+        if up.fields.status != Some(ToolCallStatus::Completed) {
+            continue;
+        }
+        if up.fields.content.is_some() {
+            shown.extend(completed_diffs(std::slice::from_ref(update)));
+            continue;
+        }
+        let request = asked
+            .iter()
+            .find(|r| r.tool_call.tool_call_id == up.tool_call_id);
+        let diff = request.and_then(|r| first_diff(r.tool_call.fields.content.iter().flatten()));
+        if let Some(diff) = diff {
+            let result = up.fields.raw_output.as_ref().and_then(|r| r.as_str());
+            shown.push((diff, result.unwrap_or_default().to_owned()));
+        }
+    }
+    shown
 }
 
 /// The text of the results of the session's tool calls.

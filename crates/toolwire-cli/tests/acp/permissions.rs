@@ -103,8 +103,9 @@ async fn allow_always_is_not_asked_again_in_the_session() {
         std::fs::read_to_string(project.join("out2.txt")).unwrap(),
         "again\n"
     );
-    // The call that ran without asking shows its diff as well.
-    let done = completed_diffs(&asked.updates);
+    // The call that ran without asking shows its diff as well (the one
+    // asked about keeps the diff its request showed).
+    let done = diffs_shown_when_done(&asked.updates, &asked.requests);
     let shown: Vec<(PathBuf, Option<&str>, &str)> = done
         .iter()
         .map(|(d, _)| (d.path.clone(), d.old_text.as_deref(), d.new_text.as_str()))
@@ -227,8 +228,10 @@ async fn an_apply_diff_is_asked_about_with_the_edit_it_makes() {
         std::fs::read_to_string(dirs.project().join("a.txt")).unwrap(),
         "one\nthree\n"
     );
-    // Once run, the call keeps showing the diff it made, its result under it.
-    let done = completed_diffs(&editor.updates());
+    // Once run, the call keeps showing the diff it made (its request
+    // showed it: the completed update does not send it again), its result
+    // beside it.
+    let done = diffs_shown_when_done(&editor.updates(), &editor.asked());
     assert_eq!(done.len(), 1, "{done:#?}");
     let (diff, result) = &done[0];
     assert_eq!(diff.path, dirs.project().join("a.txt"));

@@ -400,3 +400,33 @@ async fn a_command_lifecycle_costs_fewer_bytes_as_patches() {
         }
     }
 }
+
+/// Output trickling in for seconds to a client without `terminal_output`:
+/// each replacement re-sends the tail, so replacements are bounded in
+/// total (not per second) and the whole exchange stays within twice the
+/// output. 3,500 lines of 80 bytes, 50 every 50 ms. Prints the figure
+/// (`--nocapture`).
+#[tokio::test]
+async fn a_trickle_replaced_costs_at_most_twice_its_output() {
+    let command = "for i in $(seq 70); do awk 'BEGIN { for (i = 0; i < 50; i++) printf \"%079d\\n\", i }'; sleep 0.05; done";
+    let output = 3_500 * 80;
+    let replaced = stream(ClientCapabilities::new(), command, "").await;
+    let updates: usize = replaced
+        .sizes
+        .iter()
+        .filter(|u| u.kind.starts_with("tool_call"))
+        .map(|u| u.line_bytes)
+        .sum();
+    eprintln!(
+        "a 3,500-line trickle replaced: {} bytes in all ({updates} in tool call updates, {} updates) for {output} bytes of output",
+        replaced.bytes,
+        replaced.updates.len()
+    );
+    assert!(
+        replaced.bytes <= 2 * output as u64,
+        "{} bytes",
+        replaced.bytes
+    );
+    // It still showed the output as it came, not only at the end.
+    assert!(replaced.updates.len() >= 4, "{}", replaced.updates.len());
+}

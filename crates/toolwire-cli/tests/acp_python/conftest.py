@@ -17,7 +17,7 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -75,9 +75,12 @@ class Acp:
         self.db = f"sqlite://{tmp_path / 't.db'}"
         self.agents: List[AgentProcess] = []
 
-    def agent(self, script: str, client: Optional[RecordingClient] = None) -> AgentProcess:
+    def agent(
+        self, script: str, client: Optional[RecordingClient] = None, args: Tuple[str, ...] = ()
+    ) -> AgentProcess:
         """An agent process (start it with `async with`) playing
-        scripts/`script`, with `client` (a new RecordingClient if None)."""
+        scripts/`script`, with `client` (a new RecordingClient if None) and
+        `args` after the others (a `--config`, say)."""
         index = len(self.agents)
         script_path = self.home / f"script-{index}.yaml"
         shutil.copyfile(SCRIPTS / script, script_path)
@@ -85,6 +88,7 @@ class Acp:
             _binary(), "acp",
             "--provider", "scripted", "--script", str(script_path),
             "--db", self.db,
+            *args,
         ]
         agent = AgentProcess(
             # In the project, as editors start agents.

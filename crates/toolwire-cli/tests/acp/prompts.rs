@@ -1,0 +1,426 @@
+//! What a `session/prompt` carries and gets back beyond text: images (in
+//! the mock model's request, stored, replayed on load; refused with a clear
+//! error for a model without vision, over the size limit or malformed),
+//! the context meter and title (`usage_update`, `PromptResponse.usage`,
+//! `session_info_update`), and prompts sent while a turn runs (queued, or
+//! interjected into the running turn).
+
+use agent_client_protocol::v1::schema::{
+    ImageContent, PromptResponse, SetSessionConfigOptionRequest,
+};
+use base64::Engine as _;
+
+use super::*;
+use support::{Call, MockServer, Reply, openai_sse};
+
+/// The bytes of a PNG (its signature is what the store checks).
+fn png() -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    bytes.extend_from_slice(b"\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0");
+    bytes
+}
+
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A config of two OpenAI-format models at `url`: `eye` (the default, with
+/// vision, a context window and a price) and `blind` (neither).
+fn config(home: &Path, url: &str) -> PathBuf {
+    write_file(
+        home,
+        "toolwire.toml",
+        &format!(
+            "default_model = \"eye\"\n\
+             [models.eye]\nprovider = \"openai\"\nmodel = \"eye-1\"\nbase_url = \"{url}\"\n\
+             vision = true\ncontext_window = 128000\nprice = {{ input = 2.0, output = 8.0 }}\n\
+             [models.blind]\nprovider = \"openai\"\nmodel = \"blind-1\"\nbase_url = \"{url}\"\n"
+        ),
+    )
+}
+
+fn config_args(home: &Path, config: &Path) -> Vec<String> {
+    strings(&[
+        "--db",
+        &sqlite_in(home),
+        "--config",
+        config.to_str().unwrap(),
+    ])
+}
+
+fn image_prompt(session: &SessionId, text: &str, data: String) -> PromptRequest {
+    PromptRequest::new(
+        session.clone(),
+        vec![
+            ContentBlock::Text(TextContent::new(text)),
+            ContentBlock::Image(ImageContent::new(data, "image/png")),
+        ],
+    )
+}
+
+/// The error's `data`, as text.
+fn says(e: &AcpError) -> String {
+    e.data.clone().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly() {
+    let dirs = Dirs::new();
+    let mock = MockServer::start(vec![Reply::sse(openai_sse("A red dot.", &[]))]).await;
+    let args = config_args(dirs.home(), &config(dirs.home(), &mock.url));
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let image = png();
+    let data = base64(&image);
+    let (offered, session, errors) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let init = initialize(&cx, ClientCapabilities::new()).await?;
+            let session = new_session(&cx, cwd).await?;
+            let stop = cx
+                .send_request(image_prompt(&session, "What is this?", data.clone()))
+                .block_task()
+                .await?
+                .stop_reason;
+            assert_eq!(stop, StopReason::EndTurn);
+            let mut errors = Vec::new();
+            // Not base64; a data URI that is not one; over the size limit.
+            for bad in [
+                ImageContent::new("not base64!", "image/png"),
+                ImageContent::new("", "image/png").uri("data:image/png,AAAA".to_owned()),
+                ImageContent::new(base64(&vec![0u8; 5 * 1024 * 1024 + 1]), "image/png"),
+            ] {
+                let request = PromptRequest::new(
+                    session.clone(),
+                    vec![
+                        ContentBlock::Text(TextContent::new("see")),
+                        ContentBlock::Image(bad),
+                    ],
+                );
+                errors.push(cx.send_request(request).block_task().await.unwrap_err());
+            }
+            // A model that cannot see.
+            cx.send_request(SetSessionConfigOptionRequest::new(
+                session.clone(),
+                "model",
+                "blind",
+            ))
+            .block_task()
+            .await?;
+            errors.push(
+                cx.send_request(image_prompt(&session, "And this?", data))
+                    .block_task()
+                    .await
+                    .unwrap_err(),
+            );
+            // Still usable.
+            assert_eq!(
+                prompt(&cx, &session, "just text").await?,
+                StopReason::EndTurn
+            );
+            Ok((
+                init.agent_capabilities.prompt_capabilities.image,
+                session,
+                errors,
+            ))
+        })
+        .await;
+    drop(child);
+    assert!(offered, "a model of the registry can see images");
+    // The model was sent the image in its format (OpenAI: a data URL).
+    let received = mock.received();
+    assert_eq!(received.len(), 2, "the refused prompts reached no model");
+    let parts = &received[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()["content"];
+    assert_eq!(parts[0]["text"], "What is this?", "{parts}");
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        format!("data:image/png;base64,{}", base64(&image)),
+        "{parts}"
+    );
+    assert_eq!(received[1].body["model"], "blind-1");
+    let errors: Vec<String> = errors.iter().map(says).collect();
+    assert!(
+        errors[0].contains("prompt block 1") && errors[0].contains("base64"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("data URI") && errors[1].contains(";base64"),
+        "{errors:?}"
+    );
+    assert!(errors[2].contains("over the limit"), "{errors:?}");
+    assert!(
+        errors[3].contains("`blind` cannot see images"),
+        "{errors:?}"
+    );
+
+    // Another agent process replays the prompt with its image.
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            cx.send_request(LoadSessionRequest::new(session, cwd))
+                .block_task()
+                .await?;
+            Ok(())
+        })
+        .await;
+    drop(child);
+    let replayed: Vec<ContentBlock> = editor
+        .updates()
+        .into_iter()
+        .filter_map(|u| match u {
+            SessionUpdate::UserMessageChunk(chunk) => Some(chunk.content),
+            _ => None,
+        })
+        .collect();
+    let images: Vec<&ImageContent> = replayed
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Image(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(images.len(), 1, "{replayed:?}");
+    assert_eq!(images[0].mime_type, "image/png");
+    assert_eq!(images[0].data, base64(&image));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_and_the_title_reach_the_editor() {
+    let dirs = Dirs::new();
+    let mock = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Looking.",
+            &[Call {
+                id: "c1",
+                name: "list_dir",
+                arguments: serde_json::json!({"path": "."}),
+            }],
+        )),
+        Reply::sse(openai_sse("Nothing there.", &[])),
+    ])
+    .await;
+    let args = config_args(dirs.home(), &config(dirs.home(), &mock.url));
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let responses: Vec<PromptResponse> = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let mut responses = Vec::new();
+            for text in ["\n  What is in   this folder?\nBe brief.", "Again?"] {
+                responses.push(
+                    cx.send_request(prompt_request(&session, text))
+                        .block_task()
+                        .await?,
+                );
+            }
+            Ok(responses)
+        })
+        .await;
+    drop(child);
+    let updates = editor.updates();
+    let titles: Vec<String> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::SessionInfoUpdate(info) => {
+                Some(serde_json::to_value(info).unwrap()["title"].to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        titles,
+        ["\"What is in this folder?\""],
+        "one title, from the first prompt"
+    );
+    let usage: Vec<(u64, u64, f64)> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::UsageUpdate(u) => {
+                Some((u.used, u.size, u.cost.as_ref().map_or(-1.0, |c| c.amount)))
+            }
+            _ => None,
+        })
+        .collect();
+    // One per model call (two, then one): 100 + 20 tokens each, in a
+    // 128,000-token window; the cost grows by (100 × 2 + 20 × 8) / 1e6
+    // (cached tokens at the input price: no cached price is set).
+    assert_eq!(usage.len(), 3, "{usage:?}");
+    for (n, (used, size, cost)) in usage.iter().enumerate() {
+        assert_eq!((*used, *size), (120, 128_000));
+        let expected = (n + 1) as f64 * 360e-6;
+        assert!((cost - expected).abs() < 1e-9, "{usage:?}");
+    }
+    let turn = responses[0].usage.as_ref().expect("the turn's usage");
+    assert_eq!(
+        (
+            turn.input_tokens,
+            turn.output_tokens,
+            turn.total_tokens,
+            turn.cached_read_tokens
+        ),
+        (200, 40, 240, Some(80))
+    );
+    assert_eq!(
+        responses[1].usage.as_ref().map(|u| u.total_tokens),
+        Some(120)
+    );
+}
+
+/// A model whose first answer streams slowly (a second and more), so that a
+/// second prompt comes while the first one's turn runs; `first` is what it
+/// streams.
+async fn slow_first(first: String, then: Vec<Reply>) -> MockServer {
+    let mut replies = vec![Reply::Sse {
+        body: first,
+        chunk: 48,
+        delay: Duration::from_millis(120),
+    }];
+    replies.extend(then);
+    MockServer::start(replies).await
+}
+
+/// Two prompts, the second sent once the first one's turn shows its first
+/// words; each prompt's answer with the agent message text seen by then.
+async fn two_prompts_at_once(
+    args: &[String],
+    home: &Path,
+    cwd: PathBuf,
+) -> (Vec<(StopReason, String)>, Editor) {
+    let (child, transport, _) = spawn_with(home, args);
+    let editor = Editor::new();
+    let seen = editor.updates.clone();
+    let answered = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "first question"));
+            // Wait for the first words of the running turn.
+            for _ in 0..200 {
+                let started = seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|u| matches!(u, SessionUpdate::AgentMessageChunk(_)));
+                if started {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let second = cx.send_request(prompt_request(&session, "second question"));
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let text = |seen: &Arc<Mutex<Vec<SessionUpdate>>>| {
+                seen.lock()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|u| match u {
+                        SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
+                        _ => None,
+                    })
+                    .collect::<String>()
+            };
+            let (o1, o2, s1, s2) = (order.clone(), order.clone(), seen.clone(), seen.clone());
+            let (a, b) = tokio::join!(
+                async move {
+                    let r = first.block_task().await;
+                    o1.lock().unwrap().push(1);
+                    r.map(|r| (r.stop_reason, text(&s1)))
+                },
+                async move {
+                    let r = second.block_task().await;
+                    o2.lock().unwrap().push(2);
+                    r.map(|r| (r.stop_reason, text(&s2)))
+                }
+            );
+            assert_eq!(
+                *order.lock().unwrap(),
+                [1, 2],
+                "the first prompt is answered first"
+            );
+            Ok(vec![a?, b?])
+        })
+        .await;
+    drop(child);
+    (answered, editor)
+}
+
+/// The user messages of a request to the mock.
+fn user_texts(request: &support::Received) -> Vec<String> {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_during_a_turn_is_queued_and_answered_after_it() {
+    let dirs = Dirs::new();
+    let mock = slow_first(
+        openai_sse(&"The first answer, slowly. ".repeat(12), &[]),
+        vec![Reply::sse(openai_sse("The second answer.", &[]))],
+    )
+    .await;
+    let args = config_args(dirs.home(), &config(dirs.home(), &mock.url));
+    let (answers, _editor) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
+    assert_eq!(answers[0].0, StopReason::EndTurn);
+    assert_eq!(answers[1].0, StopReason::EndTurn);
+    assert!(!answers[0].1.contains("The second answer."), "{answers:?}");
+    assert!(answers[1].1.ends_with("The second answer."), "{answers:?}");
+    // Two turns, the second after the first: it read the first answer.
+    let received = mock.received();
+    assert_eq!(received.len(), 2);
+    let second = received[1].body["messages"].to_string();
+    assert!(
+        second.find("The first answer").unwrap() < second.find("second question").unwrap(),
+        "{second}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_during_a_turn_can_land_in_the_running_turn() {
+    let dirs = Dirs::new();
+    // The running turn lists the folder, slowly written, then answers.
+    let mock = slow_first(
+        openai_sse(
+            &"Let me look around first. ".repeat(10),
+            &[Call {
+                id: "c1",
+                name: "list_dir",
+                arguments: serde_json::json!({"path": "."}),
+            }],
+        ),
+        vec![Reply::sse(openai_sse("Answered both.", &[]))],
+    )
+    .await;
+    let config = config(dirs.home(), &mock.url);
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
+    std::fs::write(&config, toml).unwrap();
+    let args = config_args(dirs.home(), &config);
+    let (answers, _editor) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
+    assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
+    assert_eq!(answers[1].0, StopReason::EndTurn, "{answers:?}");
+    assert!(answers[0].1.ends_with("Answered both."), "{answers:?}");
+    // One turn of two model calls: the second read the words after the
+    // call's result, as a user message.
+    let received = mock.received();
+    assert_eq!(received.len(), 2, "no turn of its own");
+    let users = user_texts(&received[1]);
+    assert_eq!(users.len(), 2, "{users:?}");
+    assert!(users[1].contains("second question"), "{users:?}");
+    let messages = received[1].body["messages"].to_string();
+    assert!(
+        messages.find("\"tool\"").unwrap() < messages.find("second question").unwrap(),
+        "{messages}"
+    );
+}
