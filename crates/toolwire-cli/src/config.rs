@@ -349,6 +349,20 @@ struct AcpFile {
     /// recently used beyond them is closed until its next prompt
     /// (default 16).
     max_open_sessions: Option<usize>,
+    /// The mode of a new session: `read-only`, `ask` (default),
+    /// `accept-edits` or `full-access`.
+    default_mode: Option<toolwire_acp::SessionMode>,
+    /// `[acp.modes.MODE]`: per session mode, the sandbox its commands run
+    /// under (`sandbox = "read-only" | "workspace-write" | "full"`).
+    #[serde(default)]
+    modes: BTreeMap<toolwire_acp::SessionMode, AcpModeFile>,
+}
+
+/// One `[acp.modes.MODE]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcpModeFile {
+    sandbox: Option<Mode>,
 }
 
 impl AcpFile {
@@ -381,6 +395,14 @@ impl AcpFile {
                 .map_or(defaults.max_open_sessions, |n| n.max(1)),
             // Filled by `acp` once the engine (and its sandbox) started.
             sandbox: defaults.sandbox,
+            mode_sandboxes: self
+                .modes
+                .into_iter()
+                .filter_map(|(mode, table)| Some((mode, table.sandbox?)))
+                .collect(),
+            default_mode: self.default_mode.unwrap_or(defaults.default_mode),
+            // Filled by `acp` from the default model.
+            key: None,
         }
     }
 }

@@ -69,6 +69,54 @@ pub struct ModelRequest {
     /// sees them (each provider writes them in its own format, or a text
     /// placeholder in their place).
     pub images: RequestImages,
+    /// How hard a reasoning model thinks (`None`: the provider's default);
+    /// each provider writes it in its own field.
+    pub reasoning_effort: Option<ReasoningEffort>,
+}
+
+/// How hard a reasoning model thinks before it answers: OpenAI's
+/// `reasoning_effort` (Responses: `reasoning.effort`), Anthropic's
+/// thinking budget ([`ReasoningEffort::thinking_budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub const ALL: [ReasoningEffort; 3] = [
+        ReasoningEffort::Low,
+        ReasoningEffort::Medium,
+        ReasoningEffort::High,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ReasoningEffort> {
+        ReasoningEffort::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
+    /// Anthropic's `thinking.budget_tokens` for this effort, kept under
+    /// `max_tokens` (which it must be below); `None` when `max_tokens`
+    /// leaves no room for the API's smallest budget (1,024).
+    pub fn thinking_budget(self, max_tokens: u32) -> Option<u32> {
+        const SMALLEST: u32 = 1024;
+        let wanted = match self {
+            ReasoningEffort::Low => SMALLEST,
+            ReasoningEffort::Medium => 4096,
+            ReasoningEffort::High => 16384,
+        };
+        let budget = wanted.min(max_tokens.saturating_sub(1));
+        (budget >= SMALLEST).then_some(budget)
+    }
 }
 
 /// Why a model call failed.

@@ -75,15 +75,17 @@ class Acp:
         self.db = f"sqlite://{tmp_path / 't.db'}"
         self.agents: List[AgentProcess] = []
 
-    def agent(self, script: str, client: Optional[RecordingClient] = None) -> AgentProcess:
+    def agent(self, script: str, client: Optional[RecordingClient] = None,
+              provider: Optional[List[str]] = None) -> AgentProcess:
         """An agent process (start it with `async with`) playing
-        scripts/`script`, with `client` (a new RecordingClient if None)."""
+        scripts/`script`, with `client` (a new RecordingClient if None);
+        `provider` (flags) in place of the scripted model when given."""
         index = len(self.agents)
         script_path = self.home / f"script-{index}.yaml"
         shutil.copyfile(SCRIPTS / script, script_path)
         argv = [
             _binary(), "acp",
-            "--provider", "scripted", "--script", str(script_path),
+            *(provider or ["--provider", "scripted", "--script", str(script_path)]),
             "--db", self.db,
         ]
         agent = AgentProcess(
