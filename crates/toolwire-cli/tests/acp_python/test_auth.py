@@ -17,12 +17,12 @@ def test_a_missing_key_is_an_auth_method(acp):
                 await agent.new_session(acp.project)
             method = init.auth_methods[0]
             with pytest.raises(RequestError) as still_missing:
-                await agent.call(agent.conn.authenticate(method_id=method.root.id
-                                                         if hasattr(method, "root") else method.id))
+                await agent.call(agent.conn.authenticate(method_id=method.id))
             return init.auth_methods, refused.value, still_missing.value
 
     methods, refused, still_missing = acp.run(run())
     assert len(methods) == 1
+    assert "ACP_PYTEST_NO_SUCH_KEY" in methods[0].name
     for error in (refused, still_missing):
         assert error.code == -32000
         assert "ACP_PYTEST_NO_SUCH_KEY" in str(error.data)

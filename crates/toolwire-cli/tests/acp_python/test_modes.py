@@ -20,8 +20,8 @@ def test_modes_decide_what_asks_and_follow_the_config_option(acp):
             assert new.modes.current_mode_id == "ask"
             assert [m.id for m in new.modes.available_modes] == [
                 "read-only", "ask", "accept-edits", "full-access"]
-            mode_option = next(o for o in new.config_options if o.root.id == "mode")
-            assert mode_option.root.current_value == "ask"
+            mode_option = next(o for o in new.config_options if o.id == "mode")
+            assert mode_option.current_value == "ask"
             await agent.call(agent.conn.set_session_mode(session_id=session, mode_id="read-only"))
             await agent.prompt(session, "write it")
             asked_in_read_only = len(client.permission_requests)
@@ -38,7 +38,7 @@ def test_modes_decide_what_asks_and_follow_the_config_option(acp):
     assert not (acp.project / "out.txt").exists()
     assert "read-only mode" in client.result_text_of("call_w1")
     assert (acp.project / "out2.txt").read_text() == "again\n"
-    current = next(o for o in changed.config_options if o.root.id == "mode")
-    assert current.root.current_value == "accept-edits"
+    current = next(o for o in changed.config_options if o.id == "mode")
+    assert current.current_value == "accept-edits"
     assert [u.current_mode_id for u in client.session_updates("current_mode_update")] == ["accept-edits"]
     assert "`yolo`" in str(unknown.data)
