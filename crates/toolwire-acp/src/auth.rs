@@ -58,15 +58,16 @@ impl KeyCheck {
 
     /// The `auth_required` error naming the variable.
     pub(crate) fn required(&self) -> agent_client_protocol::Error {
-        agent_client_protocol::Error::auth_required()
-            .data(serde_json::Value::String(self.advice()))
+        agent_client_protocol::Error::auth_required().data(serde_json::Value::String(self.advice()))
     }
 }
 
 impl AcpAgent {
     /// The authentication method to offer: one while the key is missing.
     pub(crate) fn auth_methods(&self) -> Vec<AuthMethod> {
-        self.missing_key().map(|k| vec![k.method()]).unwrap_or_default()
+        self.missing_key()
+            .map(|k| vec![k.method()])
+            .unwrap_or_default()
     }
 
     /// The key check, when the key is missing now.

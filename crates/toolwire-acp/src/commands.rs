@@ -90,10 +90,9 @@ pub(crate) async fn available(session: &Session) -> Vec<AvailableCommand> {
         })
         .collect();
     for (name, (server, prompt)) in mcp_prompts(session).await {
-        let description = prompt
-            .description
-            .clone()
-            .unwrap_or_else(|| format!("Prompt `{}` of MCP server `{}`", prompt.name, server.name()));
+        let description = prompt.description.clone().unwrap_or_else(|| {
+            format!("Prompt `{}` of MCP server `{}`", prompt.name, server.name())
+        });
         let mut command = AvailableCommand::new(name, description);
         if !prompt.arguments.is_empty() {
             let hint = prompt
@@ -149,10 +148,7 @@ fn split(text: &str) -> Option<(&str, &str)> {
 /// The arguments of an MCP prompt from the text after its command:
 /// `key=value` words, or else the whole text as the prompt's one (or
 /// first required) argument.
-fn prompt_arguments(
-    prompt: &McpPrompt,
-    text: &str,
-) -> Result<BTreeMap<String, String>, String> {
+fn prompt_arguments(prompt: &McpPrompt, text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut arguments = BTreeMap::new();
     if text.is_empty() {
     } else if text.split_whitespace().all(|w| w.contains('=')) {

@@ -83,12 +83,7 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         let (id, _branch, mode) = match self
-            .open_stored(
-                &request.session_id,
-                &request.cwd,
-                &request.mcp_servers,
-                &cx,
-            )
+            .open_stored(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
             .await
         {
             Ok(opened) => opened,

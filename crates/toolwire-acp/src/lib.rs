@@ -62,11 +62,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest, ForkSessionRequest,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, LoadSessionRequest,
-    LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
-    PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, SessionId,
-    SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest,
+    ForkSessionRequest, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest,
+    SessionId, SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
     SetSessionModeRequest, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
@@ -81,10 +81,10 @@ use toolwire_tools::builtin::{self, Workspace};
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::mcp::{self, McpServerConfig};
 
-use errors::{AcpResult, internal, invalid_params};
-pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use auth::KeyCheck;
+use errors::{AcpResult, internal, invalid_params};
 pub use modes::SessionMode;
+pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use policy::{Policies, Policy};
 use state::Session;
 pub use toolwire_core::kind_of;
@@ -452,18 +452,17 @@ impl AcpAgent {
         // moment.
         let mode = Arc::new(Mutex::new(mode));
         if let Some(fallback) = tools.get("run_command") {
-            let by_mode = SessionMode::ALL
-                .into_iter()
-                .filter_map(|m| {
-                    let sandbox = self.sandboxes.of(m)?.clone();
-                    let tool: Arc<dyn toolwire_tools::Tool> = Arc::new(builtin::RunCommand::new(
-                        workspace.clone(),
-                        tasks.clone(),
-                        sandbox,
-                    ));
-                    Some((m, tool))
-                })
-                .collect();
+            let by_mode =
+                SessionMode::ALL
+                    .into_iter()
+                    .filter_map(|m| {
+                        let sandbox = self.sandboxes.of(m)?.clone();
+                        let tool: Arc<dyn toolwire_tools::Tool> = Arc::new(
+                            builtin::RunCommand::new(workspace.clone(), tasks.clone(), sandbox),
+                        );
+                        Some((m, tool))
+                    })
+                    .collect();
             tools.register(Arc::new(modes::ModeRunCommand {
                 by_mode,
                 mode: mode.clone(),
@@ -886,12 +885,7 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         let (id, branch, mode) = match self
-            .open_stored(
-                &request.session_id,
-                &request.cwd,
-                &request.mcp_servers,
-                &cx,
-            )
+            .open_stored(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
             .await
         {
             Ok(opened) => opened,

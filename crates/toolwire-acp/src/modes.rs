@@ -28,7 +28,9 @@ use toolwire_tools::confined::{Mode as SandboxMode, Sandbox};
 use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 /// A session's mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SessionMode {
     /// Reads only: tools that write and commands are refused without asking.
@@ -228,7 +230,9 @@ mod tests {
         let chosen = BTreeMap::from([(SessionMode::FullAccess, SandboxMode::WorkspaceWrite)]);
         let sandboxes = ModeSandboxes::new(&base, &chosen);
         assert_eq!(
-            sandboxes.of(SessionMode::FullAccess).map(|s| s.policy().mode),
+            sandboxes
+                .of(SessionMode::FullAccess)
+                .map(|s| s.policy().mode),
             Some(SandboxMode::WorkspaceWrite)
         );
     }

@@ -121,11 +121,13 @@ pub(crate) fn require_approval(
     tools
         .specs()
         .into_iter()
-        .filter(|spec| match effective(policies, mode, &spec.name, spec.read_only) {
-            Policy::Deny => true,
-            Policy::Ask => !allowed.contains(&spec.name),
-            Policy::Allow => false,
-        })
+        .filter(
+            |spec| match effective(policies, mode, &spec.name, spec.read_only) {
+                Policy::Deny => true,
+                Policy::Ask => !allowed.contains(&spec.name),
+                Policy::Allow => false,
+            },
+        )
         .map(|spec| spec.name)
         .collect()
 }
@@ -142,8 +144,8 @@ pub(crate) fn effective(
     read_only: bool,
 ) -> Policy {
     let configured = policies.of(tool, read_only);
-    let confined_command = kind_of(tool) == ToolKind::Execute
-        && policies.0.get(tool) == Some(&Policy::Allow);
+    let confined_command =
+        kind_of(tool) == ToolKind::Execute && policies.0.get(tool) == Some(&Policy::Allow);
     if configured == Policy::Deny || (mode.refuses_writes() && !read_only && !confined_command) {
         return Policy::Deny;
     }
@@ -172,19 +174,46 @@ mod tests {
     fn modes_decide_over_ask_but_never_over_a_configured_deny() {
         let mut policies = Policies::default();
         let of = |p: &Policies, mode, tool, ro| effective(p, mode, tool, ro);
-        assert_eq!(of(&policies, SessionMode::ReadOnly, "write_file", false), Policy::Deny);
-        assert_eq!(of(&policies, SessionMode::ReadOnly, "read_file", true), Policy::Allow);
-        assert_eq!(of(&policies, SessionMode::Ask, "write_file", false), Policy::Ask);
-        assert_eq!(of(&policies, SessionMode::AcceptEdits, "write_file", false), Policy::Allow);
-        assert_eq!(of(&policies, SessionMode::AcceptEdits, "run_command", false), Policy::Ask);
-        assert_eq!(of(&policies, SessionMode::FullAccess, "run_command", false), Policy::Allow);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "write_file", false),
+            Policy::Deny
+        );
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "read_file", true),
+            Policy::Allow
+        );
+        assert_eq!(
+            of(&policies, SessionMode::Ask, "write_file", false),
+            Policy::Ask
+        );
+        assert_eq!(
+            of(&policies, SessionMode::AcceptEdits, "write_file", false),
+            Policy::Allow
+        );
+        assert_eq!(
+            of(&policies, SessionMode::AcceptEdits, "run_command", false),
+            Policy::Ask
+        );
+        assert_eq!(
+            of(&policies, SessionMode::FullAccess, "run_command", false),
+            Policy::Allow
+        );
         policies.0.insert("run_command".into(), Policy::Deny);
-        assert_eq!(of(&policies, SessionMode::FullAccess, "run_command", false), Policy::Deny);
+        assert_eq!(
+            of(&policies, SessionMode::FullAccess, "run_command", false),
+            Policy::Deny
+        );
         policies.0.insert("write_file".into(), Policy::Allow);
-        assert_eq!(of(&policies, SessionMode::ReadOnly, "write_file", false), Policy::Deny);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "write_file", false),
+            Policy::Deny
+        );
         // A command allowed outright runs in read-only mode, under the
         // read-only sandbox.
         policies.0.insert("run_command".into(), Policy::Allow);
-        assert_eq!(of(&policies, SessionMode::ReadOnly, "run_command", false), Policy::Allow);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "run_command", false),
+            Policy::Allow
+        );
     }
 }

@@ -70,7 +70,11 @@ pub(crate) async fn update(
 /// The record of `conversation`, if it has one (a conversation made by
 /// another door has none; read errors are logged and read as none).
 pub(crate) async fn load(engine: &Engine, conversation: ConversationId) -> Option<SessionRecord> {
-    match engine.store().document(KIND, &conversation.to_string()).await {
+    match engine
+        .store()
+        .document(KIND, &conversation.to_string())
+        .await
+    {
         Ok(Some(doc)) => match serde_json::from_value(doc.body) {
             Ok(record) => Some(record),
             Err(e) => {
@@ -188,7 +192,10 @@ mod tests {
 
     #[test]
     fn a_title_is_the_first_line_cut_short() {
-        assert_eq!(title_of("\n  fix the parser  \nthen more"), Some("fix the parser".into()));
+        assert_eq!(
+            title_of("\n  fix the parser  \nthen more"),
+            Some("fix the parser".into())
+        );
         assert_eq!(title_of("   \n "), None);
         let long = "x".repeat(100);
         let title = title_of(&long).unwrap();
@@ -206,7 +213,10 @@ mod tests {
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json["mode"], "accept-edits");
-        assert_eq!(serde_json::from_value::<SessionRecord>(json).unwrap(), record);
+        assert_eq!(
+            serde_json::from_value::<SessionRecord>(json).unwrap(),
+            record
+        );
         let old: SessionRecord = serde_json::from_value(serde_json::json!({"cwd": "/w"})).unwrap();
         assert_eq!(old.mode, SessionMode::Ask);
     }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::schema::McpServer;
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
 use toolwire_engine::TurnOptions;
-use toolwire_providers::ReasoningEffort;
 use toolwire_engine::watch::WatchHandle;
+use toolwire_providers::ReasoningEffort;
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin;
 

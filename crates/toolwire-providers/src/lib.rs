@@ -101,7 +101,9 @@ impl ReasoningEffort {
     }
 
     pub fn parse(name: &str) -> Option<ReasoningEffort> {
-        ReasoningEffort::ALL.into_iter().find(|e| e.as_str() == name)
+        ReasoningEffort::ALL
+            .into_iter()
+            .find(|e| e.as_str() == name)
     }
 
     /// Anthropic's `thinking.budget_tokens` for this effort, kept under

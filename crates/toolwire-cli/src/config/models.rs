@@ -193,7 +193,10 @@ impl ModelSettings {
         if spec.base_url.is_some() {
             return None;
         }
-        let env = spec.api_key_env.clone().unwrap_or_else(|| default_env.to_owned());
+        let env = spec
+            .api_key_env
+            .clone()
+            .unwrap_or_else(|| default_env.to_owned());
         let name = spec
             .name
             .clone()

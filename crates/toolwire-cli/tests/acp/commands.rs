@@ -32,9 +32,7 @@ fn commands(updates: &[SessionUpdate]) -> Vec<AvailableCommand> {
 }
 
 /// Two mock models, `thinker` reasoning; their config.
-async fn thinker_and_plain(
-    home: &Path,
-) -> (Vec<String>, support::MockServer, support::MockServer) {
+async fn thinker_and_plain(home: &Path) -> (Vec<String>, support::MockServer, support::MockServer) {
     use support::{MockServer, Reply, openai_sse};
     let thinker = MockServer::start(vec![Reply::sse(openai_sse("thought.", &[]))]).await;
     let plain = MockServer::start(vec![Reply::sse(openai_sse("plain.", &[]))]).await;
@@ -48,7 +46,12 @@ async fn thinker_and_plain(
             thinker.url, plain.url
         ),
     );
-    let args = strings(&["--db", &sqlite_in(home), "--config", config.to_str().unwrap()]);
+    let args = strings(&[
+        "--db",
+        &sqlite_in(home),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     (args, thinker, plain)
 }
 
@@ -136,7 +139,10 @@ async fn slash_commands_switch_the_model_and_fork() {
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd.clone()).await?;
             prompt(&cx, &session, "first").await?;
-            assert_eq!(prompt(&cx, &session, "/model beta").await?, StopReason::EndTurn);
+            assert_eq!(
+                prompt(&cx, &session, "/model beta").await?,
+                StopReason::EndTurn
+            );
             prompt(&cx, &session, "second").await?;
             assert_eq!(prompt(&cx, &session, "/fork").await?, StopReason::EndTurn);
             let unknown_model = cx
@@ -165,7 +171,10 @@ async fn slash_commands_switch_the_model_and_fork() {
     let said = answers(&editor.updates());
     assert!(said.contains("Model: beta."), "{said}");
     assert!(said.contains("Forked this session into"), "{said}");
-    assert!(data(&unknown_model).contains("`gamma`"), "{unknown_model:?}");
+    assert!(
+        data(&unknown_model).contains("`gamma`"),
+        "{unknown_model:?}"
+    );
     assert!(
         editor
             .updates()
@@ -205,8 +214,12 @@ async fn an_mcp_servers_prompts_are_commands() {
                 .await?
                 .session_id;
             prompt(&cx, &session, "/mcp__everything__args-prompt Oslo").await?;
-            prompt(&cx, &session, "/mcp__everything__args-prompt city=Bergen state=Vestland")
-                .await?;
+            prompt(
+                &cx,
+                &session,
+                "/mcp__everything__args-prompt city=Bergen state=Vestland",
+            )
+            .await?;
             let missing_argument = cx
                 .send_request(prompt_request(&session, "/mcp__everything__args-prompt"))
                 .block_task()
@@ -221,8 +234,15 @@ async fn an_mcp_servers_prompts_are_commands() {
         .iter()
         .find(|c| c.name == "mcp__everything__args-prompt")
         .unwrap_or_else(|| panic!("{offered:?}"));
-    assert!(args_prompt.description.contains("arguments"), "{args_prompt:?}");
-    assert!(offered.iter().any(|c| c.name == "mcp__everything__simple-prompt"));
+    assert!(
+        args_prompt.description.contains("arguments"),
+        "{args_prompt:?}"
+    );
+    assert!(
+        offered
+            .iter()
+            .any(|c| c.name == "mcp__everything__simple-prompt")
+    );
     let sent: Vec<String> = alpha
         .received()
         .iter()
@@ -230,9 +250,18 @@ async fn an_mcp_servers_prompts_are_commands() {
         .collect();
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert!(sent[0].contains("What's weather in Oslo?"), "{sent:?}");
-    assert!(sent[1].contains("What's weather in Bergen, Vestland?"), "{sent:?}");
-    assert!(sent[2].contains("This is a simple prompt without arguments."), "{sent:?}");
-    assert!(data(&missing_argument).contains("city"), "{missing_argument:?}");
+    assert!(
+        sent[1].contains("What's weather in Bergen, Vestland?"),
+        "{sent:?}"
+    );
+    assert!(
+        sent[2].contains("This is a simple prompt without arguments."),
+        "{sent:?}"
+    );
+    assert!(
+        data(&missing_argument).contains("city"),
+        "{missing_argument:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -275,7 +304,10 @@ async fn a_missing_key_is_an_auth_method_not_a_failed_prompt() {
         .await;
     drop(child);
     assert_eq!(methods.len(), 1, "{methods:?}");
-    assert!(methods[0].name().contains("TOOLWIRE_TEST_NO_SUCH_KEY"), "{methods:?}");
+    assert!(
+        methods[0].name().contains("TOOLWIRE_TEST_NO_SUCH_KEY"),
+        "{methods:?}"
+    );
     assert!(
         methods[0]
             .description()
@@ -288,7 +320,10 @@ async fn a_missing_key_is_an_auth_method_not_a_failed_prompt() {
         assert_eq!(i32::from(e.code), -32000, "{e:?}");
         assert!(data(e).contains("TOOLWIRE_TEST_NO_SUCH_KEY"), "{e:?}");
     }
-    assert!(data(&unknown_method).contains("`password`"), "{unknown_method:?}");
+    assert!(
+        data(&unknown_method).contains("`password`"),
+        "{unknown_method:?}"
+    );
 
     // A model at a server of its own (base_url) needs no key: nothing is
     // offered and sessions open.
@@ -308,5 +343,8 @@ async fn a_missing_key_is_an_auth_method_not_a_failed_prompt() {
         })
         .await;
     drop(child);
-    assert!(methods.is_empty(), "a local server needs no key: {methods:?}");
+    assert!(
+        methods.is_empty(),
+        "a local server needs no key: {methods:?}"
+    );
 }

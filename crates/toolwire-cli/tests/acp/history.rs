@@ -98,20 +98,45 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
                 .await
                 .unwrap_err();
             // The session is still usable after all that.
-            assert_eq!(prompt(&cx, &first, "still there?").await?, StopReason::EndTurn);
+            assert_eq!(
+                prompt(&cx, &first, "still there?").await?,
+                StopReason::EndTurn
+            );
             Ok((
                 first,
                 second,
-                [closed_twice, unknown_mode_session, bad_cursor, unknown_resume],
+                [
+                    closed_twice,
+                    unknown_mode_session,
+                    bad_cursor,
+                    unknown_resume,
+                ],
             ))
         })
         .await;
     drop(child);
-    let [closed_twice, unknown_mode_session, bad_cursor, unknown_resume] = &errors;
-    assert!(data(closed_twice).contains(&second.0.to_string()), "{closed_twice:?}");
-    assert!(data(unknown_mode_session).contains("`no-such-session`"), "{unknown_mode_session:?}");
-    assert!(data(bad_cursor).contains("`not-a-session`"), "{bad_cursor:?}");
-    assert!(data(unknown_resume).contains("`no-such-session`"), "{unknown_resume:?}");
+    let [
+        closed_twice,
+        unknown_mode_session,
+        bad_cursor,
+        unknown_resume,
+    ] = &errors;
+    assert!(
+        data(closed_twice).contains(&second.0.to_string()),
+        "{closed_twice:?}"
+    );
+    assert!(
+        data(unknown_mode_session).contains("`no-such-session`"),
+        "{unknown_mode_session:?}"
+    );
+    assert!(
+        data(bad_cursor).contains("`not-a-session`"),
+        "{bad_cursor:?}"
+    );
+    assert!(
+        data(unknown_resume).contains("`no-such-session`"),
+        "{unknown_resume:?}"
+    );
 
     // Process B, same database: lists them, resumes one without a replay,
     // loads the other with one, forks the first.
@@ -148,7 +173,14 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
                 StopReason::EndTurn
             );
             let (listed_after_fork, _) = list_all(&cx, Some(cwd.clone())).await?;
-            Ok((all, pages, project_only, after_resume, forked.session_id, listed_after_fork))
+            Ok((
+                all,
+                pages,
+                project_only,
+                after_resume,
+                forked.session_id,
+                listed_after_fork,
+            ))
         })
         .await;
     drop(child);
@@ -158,7 +190,14 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
     assert_eq!(all[0].session_id, first);
     assert_eq!(all[0].title.as_deref(), Some("fix the parser"));
     assert_eq!(all[0].cwd, dirs.cwd());
-    assert!(all[0].updated_at.as_deref().is_some_and(|t| t.ends_with('Z')), "{:?}", all[0]);
+    assert!(
+        all[0]
+            .updated_at
+            .as_deref()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{:?}",
+        all[0]
+    );
     let s2_info = all.iter().find(|s| s.session_id == second).unwrap();
     assert_eq!(s2_info.title.as_deref(), Some("second thread"));
     assert_eq!(s2_info.cwd, other_cwd);
@@ -173,7 +212,10 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
     assert!(seen.contains("second thread"), "{seen}");
     assert_eq!(listed_after_fork.len(), 2, "{listed_after_fork:?}");
     assert_eq!(listed_after_fork[0].session_id, forked);
-    assert_eq!(listed_after_fork[0].title.as_deref(), Some("fix the parser"));
+    assert_eq!(
+        listed_after_fork[0].title.as_deref(),
+        Some("fix the parser")
+    );
 
     // Process C loads the fork: its history is the source's up to the
     // fork, then its own prompt.

@@ -12,7 +12,9 @@ use super::*;
 
 /// Two mock models over loopback HTTP (OpenAI's wire format), each
 /// answering with its name, and a config naming them.
-pub(super) async fn two_models(home: &Path) -> (Vec<String>, support::MockServer, support::MockServer) {
+pub(super) async fn two_models(
+    home: &Path,
+) -> (Vec<String>, support::MockServer, support::MockServer) {
     use support::{MockServer, Reply, openai_sse};
     let alpha = MockServer::start(vec![Reply::sse(openai_sse("alpha answers.", &[]))]).await;
     let beta = MockServer::start(vec![Reply::sse(openai_sse("beta answers.", &[]))]).await;

@@ -143,17 +143,30 @@ async fn each_mode_decides_what_asks_and_the_mode_is_kept() {
     // full-access: nothing asked.
     assert_eq!(asked_per_prompt, [0, 1, 1]);
     let asked = editor.asked();
-    assert_eq!(asked[0].tool_call.fields.kind, Some(ToolKind::Execute), "{asked:?}");
+    assert_eq!(
+        asked[0].tool_call.fields.kind,
+        Some(ToolKind::Execute),
+        "{asked:?}"
+    );
     assert!(!dirs.project().join("ro.txt").exists());
-    assert_eq!(std::fs::read_to_string(dirs.project().join("edit.txt")).unwrap(), "yes");
-    assert_eq!(std::fs::read_to_string(dirs.project().join("full.txt")).unwrap(), "yes");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("edit.txt")).unwrap(),
+        "yes"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("full.txt")).unwrap(),
+        "yes"
+    );
     let refused = results(&editor.updates());
     assert!(refused.contains("read-only mode"), "{refused}");
     // The option change was told as a mode update; the option follows.
     assert_eq!(mode_updates(&editor.updates()), ["accept-edits"]);
     assert_eq!(after_set_option.as_deref(), Some("accept-edits"));
     assert!(data(&unknown_mode).contains("`yolo`"), "{unknown_mode:?}");
-    assert!(data(&unknown_value).contains("`sometimes`"), "{unknown_value:?}");
+    assert!(
+        data(&unknown_value).contains("`sometimes`"),
+        "{unknown_value:?}"
+    );
 
     // Another process loads it in the mode it was left in.
     let script = write_file(dirs.home(), "answer.yaml", "steps:\n  - text: \"Hi.\"\n");
@@ -167,7 +180,10 @@ async fn each_mode_decides_what_asks_and_the_mode_is_kept() {
                 .send_request(LoadSessionRequest::new(session.clone(), cwd))
                 .block_task()
                 .await?;
-            assert_eq!(prompt(&cx, &session, "still usable").await?, StopReason::EndTurn);
+            assert_eq!(
+                prompt(&cx, &session, "still usable").await?,
+                StopReason::EndTurn
+            );
             Ok((
                 loaded.modes.map(|m| m.current_mode_id.0.to_string()),
                 option_value(&loaded.config_options.unwrap_or_default(), "mode"),
@@ -177,7 +193,10 @@ async fn each_mode_decides_what_asks_and_the_mode_is_kept() {
     drop(child);
     assert_eq!(
         loaded,
-        (Some("full-access".to_owned()), Some("full-access".to_owned()))
+        (
+            Some("full-access".to_owned()),
+            Some("full-access".to_owned())
+        )
     );
 }
 
@@ -238,8 +257,14 @@ async fn each_mode_runs_commands_under_its_sandbox() {
         .await;
     drop(child);
     assert!(editor.asked().is_empty(), "allowed outright: nothing asks");
-    assert!(!in_read_only, "read-only mode: the command could not write the workspace");
-    assert!(!outside_in_ask, "ask mode (workspace-write): not outside the workspace");
+    assert!(
+        !in_read_only,
+        "read-only mode: the command could not write the workspace"
+    );
+    assert!(
+        !outside_in_ask,
+        "ask mode (workspace-write): not outside the workspace"
+    );
     assert!(
         outside.path().join("outside.txt").exists(),
         "full-access (full): the command wrote outside the workspace: {}",
