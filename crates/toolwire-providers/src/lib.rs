@@ -245,6 +245,65 @@ pub enum ToolFormat {
 }
 
 #[cfg(test)]
+mod reasoning_tests {
+    use super::*;
+
+    fn settings(max_tokens: u32) -> HttpSettings {
+        HttpSettings {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: None,
+            retry: RetryPolicy::default(),
+            headers: Vec::new(),
+            limits: StreamLimits::default(),
+            max_tokens,
+        }
+    }
+
+    fn request(effort: Option<ReasoningEffort>) -> ModelRequest {
+        ModelRequest {
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            turn: 0,
+            iteration: 1,
+            images: RequestImages::default(),
+            reasoning_effort: effort,
+        }
+    }
+
+    #[test]
+    fn each_provider_writes_the_effort_in_its_own_field_and_none_without_one() {
+        let high = request(Some(ReasoningEffort::High));
+        let none = request(None);
+        let openai = OpenAiProvider::new(settings(DEFAULT_MAX_TOKENS), "o-test", true);
+        assert_eq!(openai.body(&high)["reasoning_effort"], "high");
+        assert!(openai.body(&none).get("reasoning_effort").is_none());
+        let responses = OpenAiResponsesProvider::new(settings(DEFAULT_MAX_TOKENS), "o4-mini", true);
+        assert_eq!(responses.body(&high)["reasoning"], serde_json::json!({"effort": "high"}));
+        assert!(responses.body(&none).get("reasoning").is_none());
+        let anthropic = AnthropicProvider::new(settings(32_000), "claude-test", true);
+        assert_eq!(
+            anthropic.body(&high)["thinking"],
+            serde_json::json!({"type": "enabled", "budget_tokens": 16384})
+        );
+        assert!(anthropic.body(&none).get("thinking").is_none());
+        // The budget stays under max_tokens; no room for the smallest: none.
+        let small = AnthropicProvider::new(settings(4096), "claude-test", true);
+        assert_eq!(small.body(&high)["thinking"]["budget_tokens"], 4095);
+        let tiny = AnthropicProvider::new(settings(1024), "claude-test", true);
+        assert!(tiny.body(&high).get("thinking").is_none());
+    }
+
+    #[test]
+    fn efforts_parse_by_name() {
+        for effort in ReasoningEffort::ALL {
+            assert_eq!(ReasoningEffort::parse(effort.as_str()), Some(effort));
+        }
+        assert_eq!(ReasoningEffort::parse("extreme"), None);
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::ProviderError;
 
