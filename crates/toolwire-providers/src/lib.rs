@@ -279,7 +279,10 @@ mod reasoning_tests {
         assert_eq!(openai.body(&high)["reasoning_effort"], "high");
         assert!(openai.body(&none).get("reasoning_effort").is_none());
         let responses = OpenAiResponsesProvider::new(settings(DEFAULT_MAX_TOKENS), "o4-mini", true);
-        assert_eq!(responses.body(&high)["reasoning"], serde_json::json!({"effort": "high"}));
+        assert_eq!(
+            responses.body(&high)["reasoning"],
+            serde_json::json!({"effort": "high"})
+        );
         assert!(responses.body(&none).get("reasoning").is_none());
         let anthropic = AnthropicProvider::new(settings(32_000), "claude-test", true);
         assert_eq!(
