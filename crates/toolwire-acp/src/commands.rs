@@ -33,18 +33,8 @@ enum Builtin {
 
 /// The built-in commands: name, description, input hint.
 const BUILTINS: &[(Builtin, &str, &str, Option<&str>)] = &[
-    (
-        Builtin::Fork,
-        "fork",
-        "Copy this session up to here into a new session (in the history)",
-        None,
-    ),
-    (
-        Builtin::Model,
-        "model",
-        "Switch this session's model (without a name: list the models)",
-        Some("model name"),
-    ),
+    (Builtin::Fork, "fork", "Fork this session", None),
+    (Builtin::Model, "model", "Switch the model", Some("name")),
 ];
 
 /// The prefix of an MCP prompt's command name.

@@ -61,7 +61,6 @@ pub(crate) fn options(engine: &Engine, session: &Session) -> Vec<SessionConfigOp
         .collect();
     let mut options = vec![
         SessionConfigOption::select(MODE, "Mode", session.mode().id(), modes::choices())
-            .description("What runs without asking, and what commands may touch".to_owned())
             .category(SessionConfigOptionCategory::Mode),
         SessionConfigOption::select(MODEL, "Model", current, choices)
             .description("The model that answers this session's prompts".to_owned())

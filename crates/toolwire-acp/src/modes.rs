@@ -70,14 +70,14 @@ impl SessionMode {
         }
     }
 
+    /// Short: every session's answer carries all four (the editor's
+    /// bytes).
     fn description(self) -> &'static str {
         match self {
-            SessionMode::ReadOnly => {
-                "Reads and searches only: edits and commands are refused without asking"
-            }
-            SessionMode::Ask => "Asks before edits, commands and other tools that change things",
-            SessionMode::AcceptEdits => "File edits run without asking; commands still ask",
-            SessionMode::FullAccess => "Nothing asks (the configured denials still hold)",
+            SessionMode::ReadOnly => "No edits, no commands",
+            SessionMode::Ask => "Asks before edits and commands",
+            SessionMode::AcceptEdits => "Edits run unasked; commands ask",
+            SessionMode::FullAccess => "Nothing asks",
         }
     }
 
@@ -137,14 +137,12 @@ pub(crate) fn state(current: SessionMode) -> SessionModeState {
     )
 }
 
-/// The select options of the mode config option.
+/// The select options of the mode config option (names only: `modes`
+/// beside it carries the descriptions).
 pub(crate) fn choices() -> Vec<agent_client_protocol::v1::schema::SessionConfigSelectOption> {
     SessionMode::ALL
         .into_iter()
-        .map(|m| {
-            agent_client_protocol::v1::schema::SessionConfigSelectOption::new(m.id(), m.name())
-                .description(m.description().to_owned())
-        })
+        .map(|m| agent_client_protocol::v1::schema::SessionConfigSelectOption::new(m.id(), m.name()))
         .collect()
 }
 
