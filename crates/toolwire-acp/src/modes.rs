@@ -142,7 +142,9 @@ pub(crate) fn state(current: SessionMode) -> SessionModeState {
 pub(crate) fn choices() -> Vec<agent_client_protocol::v1::schema::SessionConfigSelectOption> {
     SessionMode::ALL
         .into_iter()
-        .map(|m| agent_client_protocol::v1::schema::SessionConfigSelectOption::new(m.id(), m.name()))
+        .map(|m| {
+            agent_client_protocol::v1::schema::SessionConfigSelectOption::new(m.id(), m.name())
+        })
         .collect()
 }
 
