@@ -15,7 +15,6 @@ use toolwire_engine::{Engine, EngineError};
 use toolwire_providers::ReasoningEffort;
 
 use crate::errors::{internal, invalid_params};
-use crate::history;
 use crate::modes::{self, SessionMode};
 use crate::sessions;
 use crate::state::Session;
@@ -104,7 +103,7 @@ pub(crate) async fn set(
         MODE => {
             let value = value.ok_or_else(|| invalid_params("the mode option takes a mode's id"))?;
             let mode = SessionMode::parse(&value).map_err(invalid_params)?;
-            history::apply_mode(engine, session, mode).await;
+            sessions::apply_mode(engine, session, mode).await;
             Ok(())
         }
         MODEL => {

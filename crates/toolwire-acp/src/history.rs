@@ -16,11 +16,10 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use toolwire_core::TrackerMetrics;
-use toolwire_engine::{Engine, EngineError};
+use toolwire_engine::EngineError;
 
 use crate::errors::{AcpResult, internal, invalid_params};
 use crate::modes::SessionMode;
-use crate::state::Session;
 use crate::{AcpAgent, config, modes, policy, sessions};
 
 /// What `initialize` offers of the lifecycle.
@@ -30,17 +29,6 @@ pub(crate) fn capabilities() -> SessionCapabilities {
         .resume(SessionResumeCapabilities::new())
         .close(SessionCloseCapabilities::new())
         .fork(SessionForkCapabilities::new())
-}
-
-/// Sets `session`'s mode: its next calls follow it, the engine's own turns
-/// too, and it is stored with the session.
-pub(crate) async fn apply_mode(engine: &Engine, session: &Session, mode: SessionMode) {
-    session.set_mode(mode);
-    engine.set_conversation_options(session.conversation, session.turn_options());
-    sessions::update(engine, session.conversation, &session.cwd, mode, |r| {
-        r.mode = mode;
-    })
-    .await;
 }
 
 /// Tells the editor the session's mode (after a change it did not make
@@ -242,7 +230,7 @@ impl AcpAgent {
             Ok(session) => session,
             Err(e) => return responder.respond_with_error(e),
         };
-        apply_mode(&self.engine, &session, mode).await;
+        sessions::apply_mode(&self.engine, &session, mode).await;
         tracing::info!(session = %request.session_id.0, mode = mode.id(), "ACP session/set_mode");
         responder.respond(SetSessionModeResponse::new())?;
         cx.send_notification(SessionNotification::new(

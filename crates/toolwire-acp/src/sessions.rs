@@ -17,6 +17,7 @@ use toolwire_engine::Engine;
 
 use crate::errors::{internal, invalid_params};
 use crate::modes::SessionMode;
+use crate::state::Session;
 
 /// The kind of the records.
 const KIND: &str = "acp_session";
@@ -105,6 +106,17 @@ pub(crate) async fn save(engine: &Engine, conversation: ConversationId, record: 
     {
         tracing::warn!(%conversation, error = %e, "storing an ACP session record");
     }
+}
+
+/// Sets `session`'s mode: its next calls follow it, the engine's own turns
+/// too, and it is stored with the session.
+pub(crate) async fn apply_mode(engine: &Engine, session: &Session, mode: SessionMode) {
+    session.set_mode(mode);
+    engine.set_conversation_options(session.conversation, session.turn_options());
+    update(engine, session.conversation, &session.cwd, mode, |r| {
+        r.mode = mode;
+    })
+    .await;
 }
 
 /// After a prompt: the session was used now, and its first prompt names it.
