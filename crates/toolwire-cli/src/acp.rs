@@ -21,7 +21,8 @@ session. Per tool, in the config file (--config):
   read_file = \"ask\"
 
 Session modes (session/set_mode, or the \"mode\" config option; kept with the
-session): read-only (edits and commands refused without asking), ask (the
+session): read-only (edits and commands refused without asking, but a
+run_command allowed outright above runs, under the read-only sandbox), ask (the
 policies above; the default), accept-edits (file edits run without asking,
 commands ask), full-access (nothing asks; a configured \"deny\" still holds).
 Each mode picks the sandbox its commands run under: read-only -> read-only,
