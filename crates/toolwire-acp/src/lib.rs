@@ -19,6 +19,13 @@
 //! linked files become the user message in `prompt.rs`; usage and the
 //! session's title go out from `usage.rs`; what a call's last update
 //! showed is kept for `session/load` by `views.rs`.
+//! A session's mode
+//! (`modes.rs`) decides what asks and which sandbox its commands run
+//! under; its config options are `config.rs`; what is kept beside the
+//! conversation for `session/list` and for other agent processes,
+//! `sessions.rs`; list/resume/close/fork/set_mode, `history.rs`; slash
+//! commands, `commands.rs`; the missing-key authentication method,
+//! `auth.rs`.
 //!
 //! **Invariants.** ACP names and JSON live here and nowhere below; the
 //! engine is used only through its public API, and the store only read
@@ -33,16 +40,21 @@
 // Stdout is the protocol: one stray print corrupts the editor's stream.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod auth;
 mod client_fs;
+mod commands;
 mod config;
 mod convert;
 mod edits;
 mod errors;
+mod history;
+mod modes;
 mod notify;
 mod permissions;
 mod policy;
 mod prompt;
 mod session;
+mod sessions;
 mod state;
 mod terminal;
 mod titles;
@@ -57,10 +69,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, InitializeRequest, InitializeResponse,
+    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest,
+    ForkSessionRequest, InitializeRequest, InitializeResponse, ListSessionsRequest,
     LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest,
+    SessionId, SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -74,7 +88,9 @@ use toolwire_tools::builtin::{self, Workspace};
 use toolwire_tools::confined::Sandbox;
 use toolwire_tools::mcp::{self, McpServerConfig};
 
+pub use auth::KeyCheck;
 use errors::{AcpResult, internal, invalid_params};
+pub use modes::SessionMode;
 pub use notify::{METHOD as NOTIFY_METHOD, NotifyNotification};
 pub use policy::{Policies, Policy};
 use state::Session;
@@ -104,11 +120,20 @@ pub struct AcpSettings {
     /// so an editor that opens thread after thread does not pile up
     /// watchers and server processes. At least 1.
     pub max_open_sessions: usize,
-    /// What every session's commands run under (`run_command`). One for
-    /// all sessions today; per-mode policies (once sessions have ACP
-    /// modes, issue 21) would choose one here by the session's mode.
-    /// The default has no helper: commands are refused.
+    /// What sessions' commands run under (`run_command`): the configured
+    /// sandbox, whose mode each session mode may change
+    /// (`mode_sandboxes`). The default has no helper: commands are
+    /// refused.
     pub sandbox: Arc<Sandbox>,
+    /// The sandbox mode of each session mode's commands, where configured
+    /// (`[acp.modes.MODE] sandbox`); the others: read-only → read-only,
+    /// ask and accept-edits → the configured one, full-access → full.
+    pub mode_sandboxes: std::collections::BTreeMap<SessionMode, toolwire_tools::confined::Mode>,
+    /// The mode of a new session.
+    pub default_mode: SessionMode,
+    /// Where the default model's API key is read from, when it may be
+    /// missing (offered as an authentication method while it is).
+    pub key: Option<KeyCheck>,
     /// What becomes of a prompt sent while one runs in its session.
     pub prompt_while_running: PromptWhileRunning,
 }
@@ -141,6 +166,9 @@ impl Default for AcpSettings {
             max_open_sessions: 16,
             sandbox: Arc::new(Sandbox::none()),
             prompt_while_running: PromptWhileRunning::default(),
+            mode_sandboxes: Default::default(),
+            default_mode: SessionMode::default(),
+            key: None,
         }
     }
 }
@@ -209,8 +237,13 @@ pub async fn serve(
     input: impl AsyncRead + Send + Unpin + 'static,
     output: impl AsyncWrite + Send + Unpin + 'static,
 ) -> Result<(), AcpError> {
+    let sandboxes = Arc::new(modes::ModeSandboxes::new(
+        &settings.sandbox,
+        &settings.mode_sandboxes,
+    ));
     let agent = AcpAgent {
         engine,
+        sandboxes,
         settings: Arc::new(settings),
         caps: Arc::default(),
         sessions: Arc::new(Mutex::new(HashMap::new())),
@@ -259,6 +292,60 @@ pub async fn serve(
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: AuthenticateRequest, responder, _cx| {
+                    agent.authenticate(request, responder)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: ListSessionsRequest, responder, _cx| {
+                    agent.list_sessions(request, responder).await
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: ResumeSessionRequest, responder, cx| {
+                    agent.resume_session(request, responder, cx).await
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: CloseSessionRequest, responder, _cx| {
+                    agent.close_session(request, responder)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: ForkSessionRequest, responder, cx| {
+                    agent.fork_session(request, responder, cx).await
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: SetSessionModeRequest, responder, cx| {
+                    agent.set_mode(request, responder, cx).await
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_notification(
             async move |notification: CancelNotification, _cx| {
                 a5.cancel(&notification.session_id);
@@ -297,12 +384,19 @@ struct SessionTools {
     diffs: edits::Diffs,
     /// `run_command`'s background tasks.
     tasks: Arc<builtin::BackgroundTasks>,
+    /// The session's mode, which its `run_command` reads at each call.
+    mode: Arc<Mutex<SessionMode>>,
+    /// The client's MCP servers that connected (their prompts are
+    /// commands).
+    mcp: Arc<[Arc<mcp::McpServer>]>,
 }
 
 #[derive(Clone)]
 struct AcpAgent {
     engine: Engine,
     settings: Arc<AcpSettings>,
+    /// The sandbox of each mode's commands.
+    sandboxes: Arc<modes::ModeSandboxes>,
     caps: Arc<Mutex<ClientCaps>>,
     sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
     /// Sessions closed to keep at most `max_open_sessions` open, with what
@@ -321,6 +415,7 @@ struct AcpAgent {
 /// What a parked session keeps: enough to open it as it was.
 struct Parked {
     cwd: PathBuf,
+    mode: SessionMode,
     mcp_servers: Arc<[McpServer]>,
     metrics: TrackerMetrics,
 }
@@ -345,6 +440,7 @@ impl AcpAgent {
             .any(|m| m.info.capabilities.vision);
         let capabilities = AgentCapabilities::new()
             .load_session(true)
+            .session_capabilities(history::capabilities())
             .prompt_capabilities(
                 PromptCapabilities::new()
                     .embedded_context(true)
@@ -356,6 +452,7 @@ impl AcpAgent {
         responder.respond(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
+                .auth_methods(self.auth_methods())
                 .agent_info(agent_client_protocol::v1::schema::Implementation::new(
                     "toolwire",
                     env!("CARGO_PKG_VERSION"),
@@ -374,6 +471,7 @@ impl AcpAgent {
         mcp_servers: &[McpServer],
         session_id: &SessionId,
         cx: &ConnectionTo<Client>,
+        mode: SessionMode,
     ) -> Result<SessionTools, agent_client_protocol::Error> {
         let workspace = Arc::new(
             Workspace::new(cwd)
@@ -387,6 +485,27 @@ impl AcpAgent {
             self.settings.sandbox.clone(),
         ) {
             tools.register(tool);
+        }
+        // `run_command` under the sandbox of the session's mode of the
+        // moment.
+        let mode = Arc::new(Mutex::new(mode));
+        if let Some(fallback) = tools.get("run_command") {
+            let by_mode =
+                SessionMode::ALL
+                    .into_iter()
+                    .filter_map(|m| {
+                        let sandbox = self.sandboxes.of(m)?.clone();
+                        let tool: Arc<dyn toolwire_tools::Tool> = Arc::new(
+                            builtin::RunCommand::new(workspace.clone(), tasks.clone(), sandbox),
+                        );
+                        Some((m, tool))
+                    })
+                    .collect();
+            tools.register(Arc::new(modes::ModeRunCommand {
+                by_mode,
+                mode: mode.clone(),
+                fallback,
+            }));
         }
         let caps = self.client_caps();
         let terminals = terminal::Terminals::default();
@@ -479,8 +598,8 @@ impl AcpAgent {
             workspace: cwd.to_path_buf(),
         };
         let (servers, _warnings) = mcp::connect_all(configs, &launch).await;
-        for server in servers {
-            tools.register_source(server);
+        for server in &servers {
+            tools.register_source(server.clone());
         }
         Ok(SessionTools {
             tools,
@@ -489,6 +608,8 @@ impl AcpAgent {
             edits,
             diffs,
             tasks,
+            mode,
+            mcp: servers.into(),
         })
     }
 
@@ -546,6 +667,10 @@ impl AcpAgent {
                 None
             }
         };
+        let effort = sessions::load(&self.engine, conversation)
+            .await
+            .and_then(|r| r.reasoning_effort);
+        let reasons = config::reasons(&self.engine, chosen.as_deref());
         let id: Arc<str> = conversation.to_string().into();
         let caps = self.client_caps();
         let tracker = TrackerConfig {
@@ -575,6 +700,10 @@ impl AcpAgent {
             turns: Arc::default(),
             waiting: Arc::default(),
             cancels: Arc::default(),
+            mode: tools.mode,
+            mcp: tools.mcp,
+            effort: Arc::new(Mutex::new(effort)),
+            model_reasons: Arc::new(std::sync::atomic::AtomicBool::new(reasons)),
             _watcher: watcher,
         };
         // Turns the engine starts itself (a waking notification, a late
@@ -639,6 +768,7 @@ impl AcpAgent {
                     session.conversation.to_string().into(),
                     Parked {
                         cwd: session.cwd.clone(),
+                        mode: session.mode(),
                         mcp_servers: session.mcp_servers.clone(),
                         metrics: session.metrics(),
                     },
@@ -662,7 +792,12 @@ impl AcpAgent {
         if let Some(session) = self.session(id) {
             return Ok(session);
         }
-        let unknown = || invalid_params("unknown session");
+        let unknown = || {
+            invalid_params(format!(
+                "unknown session `{}`: it is not open in this agent (load or resume it first)",
+                id.0
+            ))
+        };
         let parked = self
             .parked
             .lock()
@@ -671,7 +806,7 @@ impl AcpAgent {
             .ok_or_else(unknown)?;
         let conversation = id.0.parse::<ConversationId>().map_err(|_| unknown())?;
         let tools = match self
-            .tools_for(&parked.cwd, &parked.mcp_servers, id, cx)
+            .tools_for(&parked.cwd, &parked.mcp_servers, id, cx, parked.mode)
             .await
         {
             Ok(tools) => tools,
@@ -748,6 +883,9 @@ impl AcpAgent {
         responder: Responder<NewSessionResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
+        if let Err(e) = self.check_key() {
+            return responder.respond_with_error(e);
+        }
         // Checked before a conversation is made for it.
         if let Err(e) = Workspace::new(&request.cwd) {
             let message = format!("cwd {}: {e}", request.cwd.display());
@@ -758,13 +896,20 @@ impl AcpAgent {
             Err(e) => return responder.respond_with_error(internal(e)),
         };
         let session_id = SessionId::new(conversation.to_string());
+        let mode = self.settings.default_mode;
         let tools = match self
-            .tools_for(&request.cwd, &request.mcp_servers, &session_id, &cx)
+            .tools_for(&request.cwd, &request.mcp_servers, &session_id, &cx, mode)
             .await
         {
             Ok(tools) => tools,
             Err(e) => return responder.respond_with_error(e),
         };
+        sessions::save(
+            &self.engine,
+            conversation,
+            &sessions::SessionRecord::new(&request.cwd, mode),
+        )
+        .await;
         let id = self
             .insert(
                 conversation,
@@ -777,7 +922,12 @@ impl AcpAgent {
             .await;
         tracing::info!(session = %id.0, cwd = %request.cwd.display(), "ACP session/new");
         let options = self.config_options(&id);
-        responder.respond(NewSessionResponse::new(id).config_options(options))
+        responder.respond(
+            NewSessionResponse::new(id.clone())
+                .modes(modes::state(mode))
+                .config_options(options),
+        )?;
+        self.announce_commands(id, cx)
     }
 
     async fn load_session(
@@ -786,18 +936,67 @@ impl AcpAgent {
         responder: Responder<LoadSessionResponse>,
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
-        let Ok(conversation) = request.session_id.0.parse::<ConversationId>() else {
-            return responder.respond_with_error(invalid_params("unknown session"));
-        };
-        let store = self.engine.store();
-        if let Err(e) = store.conversation(conversation).await {
-            return responder.respond_with_error(invalid_params(format!("session: {e}")));
-        }
-        if self
-            .session(&request.session_id)
-            .is_some_and(|s| s.is_prompting())
+        let (id, branch, mode) = match self
+            .open_stored(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
+            .await
         {
-            return responder.respond_with_error(invalid_params(
+            Ok(opened) => opened,
+            Err(e) => return responder.respond_with_error(e),
+        };
+        tracing::info!(session = %id.0, "ACP session/load");
+        // The history first, then the answer (as the protocol asks): each
+        // call as its last live update left it, images as images.
+        let views = views::load(&self.engine, &branch).await;
+        let images = session::replay_images(self.engine.store(), &branch).await;
+        for update in session::replay(&branch, &request.cwd, &views, &images) {
+            cx.send_notification(SessionNotification::new(id.clone(), update))?;
+        }
+        responder.respond(
+            LoadSessionResponse::new()
+                .modes(modes::state(mode))
+                .config_options(self.config_options(&id)),
+        )?;
+        self.announce_commands(id, cx)
+    }
+
+    /// Sends session `id`'s slash commands, off the dispatch loop (an MCP
+    /// server's prompts are asked for).
+    fn announce_commands(&self, id: SessionId, cx: ConnectionTo<Client>) -> AcpResult {
+        let Some(session) = self.session(&id) else {
+            return Ok(());
+        };
+        cx.clone().spawn(async move {
+            if let Err(e) = commands::send_available(&cx, &id, &session).await {
+                tracing::warn!(session = %id.0, error = %e, "the session's commands were not sent");
+            }
+            Ok(())
+        })
+    }
+
+    /// Opens stored session `session_id` in `cwd` (for `session/load` and
+    /// `session/resume`): a turn left waiting for answers is ended first;
+    /// its mode is the stored one. Returns its id, its active branch and
+    /// its mode.
+    async fn open_stored(
+        &self,
+        session_id: &SessionId,
+        cwd: &Path,
+        mcp_servers: &[McpServer],
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(SessionId, Vec<toolwire_core::Message>, SessionMode), agent_client_protocol::Error>
+    {
+        self.check_key()?;
+        let unknown = || invalid_params(format!("unknown session `{}`", session_id.0));
+        let conversation = session_id
+            .0
+            .parse::<ConversationId>()
+            .map_err(|_| unknown())?;
+        let store = self.engine.store();
+        if store.conversation(conversation).await.is_err() {
+            return Err(unknown());
+        }
+        if self.session(session_id).is_some_and(|s| s.is_prompting()) {
+            return Err(invalid_params(
                 "a prompt is running in this session: wait for its answer, or cancel it",
             ));
         }
@@ -814,48 +1013,42 @@ impl AcpAgent {
         )
         .await;
         let branch = match store.conversation(conversation).await {
-            Ok(c) => store.path_to(c.active_leaf).await,
-            Err(e) => return responder.respond_with_error(invalid_params(format!("session: {e}"))),
+            Ok(c) => store.path_to(c.active_leaf).await.map_err(internal)?,
+            Err(e) => return Err(invalid_params(format!("session: {e}"))),
         };
-        let branch = match branch {
-            Ok(branch) => branch,
-            Err(e) => return responder.respond_with_error(internal(e)),
-        };
-        let tools = match self
-            .tools_for(&request.cwd, &request.mcp_servers, &request.session_id, &cx)
-            .await
-        {
-            Ok(tools) => tools,
-            Err(e) => return responder.respond_with_error(e),
-        };
+        let stored = sessions::load(&self.engine, conversation).await;
+        let mode = stored
+            .as_ref()
+            .map_or(self.settings.default_mode, |r| r.mode);
+        let tools = self
+            .tools_for(cwd, mcp_servers, session_id, cx, mode)
+            .await?;
         let permissions = policy::Permissions::load(&self.engine, conversation).await;
         // A parked session's metrics carry over; an open one is replaced.
         let metrics = self
-            .session(&request.session_id)
+            .session(session_id)
             .map(|s| s.metrics())
             .or_else(|| {
                 let parked = self.parked.lock().ok()?;
-                parked.get(&request.session_id.0).map(|p| p.metrics)
+                parked.get(&session_id.0).map(|p| p.metrics)
             })
             .unwrap_or_default();
         let id = self
             .insert(
                 conversation,
                 tools,
-                request.cwd.clone(),
+                cwd.to_path_buf(),
                 permissions,
-                request.mcp_servers.clone().into(),
+                mcp_servers.to_vec().into(),
                 metrics,
             )
             .await;
-        tracing::info!(session = %id.0, "ACP session/load");
-        // The history first, then the answer (as the protocol asks).
-        let views = views::load(&self.engine, &branch).await;
-        let images = session::replay_images(store, &branch).await;
-        for update in session::replay(&branch, &request.cwd, &views, &images) {
-            cx.send_notification(SessionNotification::new(id.clone(), update))?;
-        }
-        responder.respond(LoadSessionResponse::new().config_options(self.config_options(&id)))
+        // Listed under the cwd it was opened in last.
+        sessions::update(&self.engine, conversation, cwd, mode, |r| {
+            r.cwd = cwd.to_path_buf();
+        })
+        .await;
+        Ok((id, branch, mode))
     }
 
     /// The configuration options of open session `id`.
@@ -879,6 +1072,7 @@ impl AcpAgent {
             Ok(session) => session,
             Err(e) => return responder.respond_with_error(e),
         };
+        let mode_before = session.mode();
         if let Err(e) = config::set(&self.engine, &session, &request).await {
             return responder.respond_with_error(e);
         }
@@ -886,7 +1080,12 @@ impl AcpAgent {
         responder.respond(SetSessionConfigOptionResponse::new(config::options(
             &self.engine,
             &session,
-        )))
+        )))?;
+        // The mode picker follows the mode option.
+        if session.mode() != mode_before {
+            history::send_mode(&cx, &request.session_id, session.mode())?;
+        }
+        Ok(())
     }
 
     /// Starts the turn outside the dispatch loop (so that `session/cancel`
@@ -945,7 +1144,7 @@ impl AcpAgent {
         cx.clone().spawn(async move {
             // Checked (and images stored) before it waits: bad input is
             // answered at once, and the session stays usable.
-            let (content, text) = match prompt::content(&engine, &session, &request.prompt).await
+            let (content, mut text) = match prompt::content(&engine, &session, &request.prompt).await
             {
                 Ok(converted) => converted,
                 Err(e) => return responder.respond_with_error(e),
@@ -988,9 +1187,43 @@ impl AcpAgent {
                 ));
             };
             session.cancelled.store(false, Ordering::SeqCst);
+            // A slash command runs in its turn; an MCP prompt's makes the
+            // text (the prompt's images kept after it).
+            if matches!(start, session::Start::Send(_)) {
+                match agent.run_command(&session, &session_id, text.clone(), &cx).await {
+                    Ok(commands::Outcome::Prompt(made)) if made != text => {
+                        if let session::Start::Send(content) = &mut start {
+                            content.retain(|b| !matches!(b, toolwire_core::ContentBlock::Text { .. }));
+                            content.insert(
+                                0,
+                                toolwire_core::ContentBlock::Text { text: made.clone() },
+                            );
+                        }
+                        text = made;
+                    }
+                    Ok(commands::Outcome::Prompt(_)) => {}
+                    Ok(commands::Outcome::Answered(response)) => {
+                        drop(running);
+                        return responder.respond(response);
+                    }
+                    Err(e) => {
+                        drop(running);
+                        return responder.respond_with_error(e);
+                    }
+                }
+            }
             let answer =
                 session::run_prompt(&engine, &session, session_id.clone(), start, &text, &cx)
                     .await;
+            // Listed as used now, titled by its first prompt.
+            sessions::touch(
+                &engine,
+                session.conversation,
+                &session.cwd,
+                session.mode(),
+                &text,
+            )
+            .await;
             // Before the answer: the client may send its next prompt as
             // soon as it reads it.
             drop(running);

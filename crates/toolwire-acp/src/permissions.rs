@@ -14,7 +14,7 @@ use agent_client_protocol::v1::schema::{
 use toolwire_core::{Decision, GatedCall, ToolCall, ToolCallContent, ToolCallId};
 use toolwire_engine::Engine;
 
-use crate::policy::{Permissions, Policy};
+use crate::policy::{self, Permissions, Policy};
 use crate::state::Session;
 use crate::updates::Updates;
 use crate::{convert, titles};
@@ -66,6 +66,32 @@ pub(crate) async fn ask(
                 },
             ));
             continue;
+        }
+        let mode = session.mode();
+        let read_only = session
+            .tools
+            .get(&call.name)
+            .is_some_and(|t| t.spec().read_only);
+        match policy::effective(&session.policies, mode, &call.name, read_only) {
+            Policy::Deny => {
+                decisions.push((
+                    call.id.clone(),
+                    Decision::Deny {
+                        reason: Some(format!(
+                            "the session is in {} mode: tools that change files or run \
+                             commands are refused",
+                            mode.id()
+                        )),
+                    },
+                ));
+                continue;
+            }
+            // The mode changed since the turn began: it runs unasked now.
+            Policy::Allow if mode.runs_unasked(&call.name) => {
+                decisions.push((call.id.clone(), Decision::Approve));
+                continue;
+            }
+            _ => {}
         }
         // An "always" answer given earlier, this batch included.
         let always = session

@@ -13,9 +13,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
 use serde::Deserialize;
-use toolwire_core::ConversationId;
+use toolwire_core::{ConversationId, ToolKind, kind_of};
 use toolwire_engine::Engine;
 use toolwire_tools::ToolRegistry;
+
+use crate::modes::SessionMode;
 
 /// The kind of the store documents that keep a session's "always"
 /// answers (id: the conversation id).
@@ -110,6 +112,7 @@ pub(crate) fn require_approval(
     tools: &ToolRegistry,
     policies: &Policies,
     permissions: &Mutex<Permissions>,
+    mode: SessionMode,
 ) -> HashSet<String> {
     let allowed = permissions
         .lock()
@@ -118,12 +121,38 @@ pub(crate) fn require_approval(
     tools
         .specs()
         .into_iter()
-        .filter(|spec| {
-            let policy = policies.of(&spec.name, spec.read_only);
-            policy == Policy::Deny || (policy == Policy::Ask && !allowed.contains(&spec.name))
-        })
+        .filter(
+            |spec| match effective(policies, mode, &spec.name, spec.read_only) {
+                Policy::Deny => true,
+                Policy::Ask => !allowed.contains(&spec.name),
+                Policy::Allow => false,
+            },
+        )
         .map(|spec| spec.name)
         .collect()
+}
+
+/// The policy of `tool` in `mode`: read-only mode denies every tool that
+/// is not read-only — but a command tool the configuration allows
+/// outright, which runs under the read-only sandbox; accept-edits allows
+/// edits and full-access everything the configuration would ask about. A
+/// configured `deny` holds in every mode.
+pub(crate) fn effective(
+    policies: &Policies,
+    mode: SessionMode,
+    tool: &str,
+    read_only: bool,
+) -> Policy {
+    let configured = policies.of(tool, read_only);
+    let confined_command =
+        kind_of(tool) == ToolKind::Execute && policies.0.get(tool) == Some(&Policy::Allow);
+    if configured == Policy::Deny || (mode.refuses_writes() && !read_only && !confined_command) {
+        return Policy::Deny;
+    }
+    if configured == Policy::Ask && mode.runs_unasked(tool) {
+        return Policy::Allow;
+    }
+    configured
 }
 
 #[cfg(test)]
@@ -139,5 +168,52 @@ mod tests {
         policies.0.insert("read_file".into(), Policy::Deny);
         assert_eq!(policies.of("run_command", false), Policy::Allow);
         assert_eq!(policies.of("read_file", true), Policy::Deny);
+    }
+
+    #[test]
+    fn modes_decide_over_ask_but_never_over_a_configured_deny() {
+        let mut policies = Policies::default();
+        let of = |p: &Policies, mode, tool, ro| effective(p, mode, tool, ro);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "write_file", false),
+            Policy::Deny
+        );
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "read_file", true),
+            Policy::Allow
+        );
+        assert_eq!(
+            of(&policies, SessionMode::Ask, "write_file", false),
+            Policy::Ask
+        );
+        assert_eq!(
+            of(&policies, SessionMode::AcceptEdits, "write_file", false),
+            Policy::Allow
+        );
+        assert_eq!(
+            of(&policies, SessionMode::AcceptEdits, "run_command", false),
+            Policy::Ask
+        );
+        assert_eq!(
+            of(&policies, SessionMode::FullAccess, "run_command", false),
+            Policy::Allow
+        );
+        policies.0.insert("run_command".into(), Policy::Deny);
+        assert_eq!(
+            of(&policies, SessionMode::FullAccess, "run_command", false),
+            Policy::Deny
+        );
+        policies.0.insert("write_file".into(), Policy::Allow);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "write_file", false),
+            Policy::Deny
+        );
+        // A command allowed outright runs in read-only mode, under the
+        // read-only sandbox.
+        policies.0.insert("run_command".into(), Policy::Allow);
+        assert_eq!(
+            of(&policies, SessionMode::ReadOnly, "run_command", false),
+            Policy::Allow
+        );
     }
 }

@@ -9,9 +9,11 @@ use agent_client_protocol::v1::schema::McpServer;
 use toolwire_core::{ConversationId, TrackerConfig, TrackerMetrics};
 use toolwire_engine::TurnOptions;
 use toolwire_engine::watch::WatchHandle;
+use toolwire_providers::ReasoningEffort;
 use toolwire_tools::ToolRegistry;
 use toolwire_tools::builtin;
 
+use crate::modes::SessionMode;
 use crate::policy::{self, Permissions, Policies};
 use crate::{edits, terminal};
 
@@ -67,6 +69,16 @@ pub(crate) struct Session {
     pub(crate) cancels: Arc<AtomicU64>,
     /// The model chosen for the session (`None`: the default).
     pub(crate) model: Arc<Mutex<Option<String>>>,
+    /// The session's mode (shared with its `run_command`, which picks its
+    /// sandbox by it at each call).
+    pub(crate) mode: Arc<Mutex<SessionMode>>,
+    /// Its MCP servers that connected (their prompts are commands).
+    pub(crate) mcp: Arc<[Arc<toolwire_tools::mcp::McpServer>]>,
+    /// The reasoning effort chosen for the session (`None`: the
+    /// provider's default), and whether its model reasons at all (only
+    /// then is the effort sent).
+    pub(crate) effort: Arc<Mutex<Option<ReasoningEffort>>>,
+    pub(crate) model_reasons: Arc<AtomicBool>,
     /// The watcher of `cwd`, telling this session's conversation only; it
     /// stops when the session (its last clone) goes.
     pub(crate) _watcher: Option<Arc<WatchHandle>>,
@@ -84,8 +96,12 @@ impl Session {
                 &self.tools,
                 &self.policies,
                 &self.permissions,
+                self.mode(),
             ),
             model: self.model(),
+            reasoning_effort: self
+                .effort()
+                .filter(|_| self.model_reasons.load(Ordering::SeqCst)),
             ..TurnOptions::default()
         }
     }
@@ -93,6 +109,26 @@ impl Session {
     /// The model chosen for the session, if any.
     pub(crate) fn model(&self) -> Option<String> {
         self.model.lock().ok().and_then(|m| m.clone())
+    }
+
+    pub(crate) fn mode(&self) -> SessionMode {
+        self.mode.lock().map(|m| *m).unwrap_or_default()
+    }
+
+    pub(crate) fn set_mode(&self, mode: SessionMode) {
+        if let Ok(mut m) = self.mode.lock() {
+            *m = mode;
+        }
+    }
+
+    pub(crate) fn effort(&self) -> Option<ReasoningEffort> {
+        self.effort.lock().ok().and_then(|e| *e)
+    }
+
+    pub(crate) fn set_effort(&self, effort: Option<ReasoningEffort>) {
+        if let Ok(mut e) = self.effort.lock() {
+            *e = effort;
+        }
     }
 
     pub(crate) fn set_model(&self, model: Option<String>) {

@@ -20,6 +20,27 @@ session. Per tool, in the config file (--config):
   run_command = \"allow\"   # allow | ask | deny
   read_file = \"ask\"
 
+Session modes (session/set_mode, or the \"mode\" config option; kept with the
+session): read-only (edits and commands refused without asking, but a
+run_command allowed outright above runs, under the read-only sandbox), ask (the
+policies above; the default), accept-edits (file edits run without asking,
+commands ask), full-access (nothing asks; a configured \"deny\" still holds).
+Each mode picks the sandbox its commands run under: read-only -> read-only,
+ask and accept-edits -> the [sandbox] mode, full-access -> full. In the
+config file:
+
+  [acp]
+  default_mode = \"ask\"
+  [acp.modes.full-access]
+  sandbox = \"workspace-write\"   # read-only | workspace-write | full
+
+Sessions: session/list (newest first, by cwd), session/resume, session/load,
+session/close and session/fork work across toolwire acp processes on one
+database. Config options: mode, model, and reasoning_effort for models with
+the reasoning capability. Slash commands: /fork, /model NAME, and each MCP
+server's prompts as /mcp__SERVER__PROMPT. When the default model's API key
+variable is unset the agent still starts and offers it as an auth method.
+
 Tool call updates ([acp] table, defaults shown):
 
   [acp]
@@ -55,13 +76,19 @@ pub struct AcpArgs {
 }
 
 pub async fn run(args: &AcpArgs) -> Result<ExitCode> {
-    let settings = args.engine.resolve()?;
+    let mut settings = args.engine.resolve()?;
+    // A missing key is told to the editor (authMethods), not a failed start.
+    let key = settings
+        .models
+        .allow_missing_keys()
+        .map(|(model, env)| toolwire_acp::KeyCheck { model, env });
     // No process-wide watcher: each session watches its own cwd and tells
     // only its own conversation.
     let running = settings.start_unwatched().await?;
     let acp = toolwire_acp::AcpSettings {
         watch: settings.watch_settings(),
         sandbox: running.sandbox.clone(),
+        key,
         ..settings.acp.clone()
     };
     toolwire_acp::serve_stdio(running.engine.clone(), acp).await?;

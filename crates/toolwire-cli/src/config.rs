@@ -353,6 +353,20 @@ struct AcpFile {
     /// after it, in order; the default) or `"interject"` (lands in the
     /// running turn).
     prompt_while_running: Option<toolwire_acp::PromptWhileRunning>,
+    /// The mode of a new session: `read-only`, `ask` (default),
+    /// `accept-edits` or `full-access`.
+    default_mode: Option<toolwire_acp::SessionMode>,
+    /// `[acp.modes.MODE]`: per session mode, the sandbox its commands run
+    /// under (`sandbox = "read-only" | "workspace-write" | "full"`).
+    #[serde(default)]
+    modes: BTreeMap<toolwire_acp::SessionMode, AcpModeFile>,
+}
+
+/// One `[acp.modes.MODE]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcpModeFile {
+    sandbox: Option<Mode>,
 }
 
 impl AcpFile {
@@ -388,6 +402,14 @@ impl AcpFile {
             prompt_while_running: self
                 .prompt_while_running
                 .unwrap_or(defaults.prompt_while_running),
+            mode_sandboxes: self
+                .modes
+                .into_iter()
+                .filter_map(|(mode, table)| Some((mode, table.sandbox?)))
+                .collect(),
+            default_mode: self.default_mode.unwrap_or(defaults.default_mode),
+            // Filled by `acp` from the default model.
+            key: None,
         }
     }
 }
@@ -1100,6 +1122,68 @@ mod tests {
             let message = format!("{error:#}");
             assert!(message.contains(says), "{message}");
         }
+    }
+
+    #[test]
+    fn acp_modes_take_a_default_and_a_sandbox_each_and_name_what_is_wrong() {
+        let settings = resolve(
+            "db = \"sqlite://t.db\"\n[acp]\ndefault_mode = \"accept-edits\"\n\
+             [acp.modes.full-access]\nsandbox = \"workspace-write\"\n\
+             [acp.modes.read-only]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            settings.acp.default_mode,
+            toolwire_acp::SessionMode::AcceptEdits
+        );
+        assert_eq!(
+            settings.acp.mode_sandboxes,
+            BTreeMap::from([(toolwire_acp::SessionMode::FullAccess, Mode::WorkspaceWrite)])
+        );
+        for (toml, says) in [
+            ("[acp]\ndefault_mode = \"yolo\"\n", "unknown variant `yolo`"),
+            (
+                "[acp.modes.yolo]\nsandbox = \"full\"\n",
+                "unknown variant `yolo`",
+            ),
+            (
+                "[acp.modes.ask]\nsandbox = \"open\"\n",
+                "unknown variant `open`",
+            ),
+            (
+                "[acp.modes.ask]\nnetwork = true\n",
+                "unknown field `network`",
+            ),
+        ] {
+            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
+            let Err(error) = resolve(&toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
+    }
+
+    #[test]
+    fn acp_lets_the_default_model_start_without_its_key_and_names_the_variable() {
+        let mut settings = resolve(
+            "db = \"sqlite://t.db\"\ndefault_model = \"gpt\"\n\
+             [models.gpt]\nprovider = \"openai\"\nmodel = \"gpt-x\"\napi_key_env = \"TW_TEST_UNSET_KEY\"\n\
+             [models.local]\nprovider = \"openai\"\nmodel = \"l\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap();
+        let Err(error) = settings.registry() else {
+            panic!("a missing key stops other commands");
+        };
+        assert!(
+            format!("{error:#}").contains("TW_TEST_UNSET_KEY"),
+            "{error:#}"
+        );
+        assert_eq!(
+            settings.models.allow_missing_keys(),
+            Some(("gpt".to_owned(), "TW_TEST_UNSET_KEY".to_owned()))
+        );
+        assert!(settings.registry().is_ok());
     }
 
     /// One model as the tests compare it: name, provider kind, model id,

@@ -108,6 +108,7 @@ async fn request(store: &dyn Store, leaf: MessageId) -> ModelRequest {
         tools: Vec::new(),
         turn: 0,
         iteration: 1,
+        reasoning_effort: None,
         images: RequestImages {
             vision: true,
             bytes,

@@ -54,6 +54,12 @@ impl AnthropicProvider {
         if !request.system.is_empty() {
             body["system"] = json!(request.system);
         }
+        if let Some(budget) = request
+            .reasoning_effort
+            .and_then(|e| e.thinking_budget(self.settings.max_tokens))
+        {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        }
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request
                 .tools

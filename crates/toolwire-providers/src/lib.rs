@@ -69,6 +69,56 @@ pub struct ModelRequest {
     /// sees them (each provider writes them in its own format, or a text
     /// placeholder in their place).
     pub images: RequestImages,
+    /// How hard a reasoning model thinks (`None`: the provider's default);
+    /// each provider writes it in its own field.
+    pub reasoning_effort: Option<ReasoningEffort>,
+}
+
+/// How hard a reasoning model thinks before it answers: OpenAI's
+/// `reasoning_effort` (Responses: `reasoning.effort`), Anthropic's
+/// thinking budget ([`ReasoningEffort::thinking_budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub const ALL: [ReasoningEffort; 3] = [
+        ReasoningEffort::Low,
+        ReasoningEffort::Medium,
+        ReasoningEffort::High,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ReasoningEffort> {
+        ReasoningEffort::ALL
+            .into_iter()
+            .find(|e| e.as_str() == name)
+    }
+
+    /// Anthropic's `thinking.budget_tokens` for this effort, kept under
+    /// `max_tokens` (which it must be below); `None` when `max_tokens`
+    /// leaves no room for the API's smallest budget (1,024).
+    pub fn thinking_budget(self, max_tokens: u32) -> Option<u32> {
+        const SMALLEST: u32 = 1024;
+        let wanted = match self {
+            ReasoningEffort::Low => SMALLEST,
+            ReasoningEffort::Medium => 4096,
+            ReasoningEffort::High => 16384,
+        };
+        let budget = wanted.min(max_tokens.saturating_sub(1));
+        (budget >= SMALLEST).then_some(budget)
+    }
 }
 
 /// Why a model call failed.
@@ -192,6 +242,68 @@ pub enum ToolFormat {
     Native,
     /// Tools described in the system prompt; calls written as XML text.
     Xml,
+}
+
+#[cfg(test)]
+mod reasoning_tests {
+    use super::*;
+
+    fn settings(max_tokens: u32) -> HttpSettings {
+        HttpSettings {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: None,
+            retry: RetryPolicy::default(),
+            headers: Vec::new(),
+            limits: StreamLimits::default(),
+            max_tokens,
+        }
+    }
+
+    fn request(effort: Option<ReasoningEffort>) -> ModelRequest {
+        ModelRequest {
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            turn: 0,
+            iteration: 1,
+            images: RequestImages::default(),
+            reasoning_effort: effort,
+        }
+    }
+
+    #[test]
+    fn each_provider_writes_the_effort_in_its_own_field_and_none_without_one() {
+        let high = request(Some(ReasoningEffort::High));
+        let none = request(None);
+        let openai = OpenAiProvider::new(settings(DEFAULT_MAX_TOKENS), "o-test", true);
+        assert_eq!(openai.body(&high)["reasoning_effort"], "high");
+        assert!(openai.body(&none).get("reasoning_effort").is_none());
+        let responses = OpenAiResponsesProvider::new(settings(DEFAULT_MAX_TOKENS), "o4-mini", true);
+        assert_eq!(
+            responses.body(&high)["reasoning"],
+            serde_json::json!({"effort": "high"})
+        );
+        assert!(responses.body(&none).get("reasoning").is_none());
+        let anthropic = AnthropicProvider::new(settings(32_000), "claude-test", true);
+        assert_eq!(
+            anthropic.body(&high)["thinking"],
+            serde_json::json!({"type": "enabled", "budget_tokens": 16384})
+        );
+        assert!(anthropic.body(&none).get("thinking").is_none());
+        // The budget stays under max_tokens; no room for the smallest: none.
+        let small = AnthropicProvider::new(settings(4096), "claude-test", true);
+        assert_eq!(small.body(&high)["thinking"]["budget_tokens"], 4095);
+        let tiny = AnthropicProvider::new(settings(1024), "claude-test", true);
+        assert!(tiny.body(&high).get("thinking").is_none());
+    }
+
+    #[test]
+    fn efforts_parse_by_name() {
+        for effort in ReasoningEffort::ALL {
+            assert_eq!(ReasoningEffort::parse(effort.as_str()), Some(effort));
+        }
+        assert_eq!(ReasoningEffort::parse("extreme"), None);
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,9 @@ impl OpenAiProvider {
             "messages": messages(&request.system, &request.messages, &request.images),
         });
         body[self.max_tokens_field()] = json!(self.settings.max_tokens);
+        if let Some(effort) = request.reasoning_effort {
+            body["reasoning_effort"] = json!(effort.as_str());
+        }
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request.tools.iter().map(tool).collect();
         }

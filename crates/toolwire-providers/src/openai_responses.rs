@@ -52,6 +52,9 @@ impl OpenAiResponsesProvider {
         if !request.system.is_empty() {
             body["instructions"] = json!(request.system);
         }
+        if let Some(effort) = request.reasoning_effort {
+            body["reasoning"] = json!({"effort": effort.as_str()});
+        }
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request.tools.iter().map(tool).collect();
         }
@@ -301,6 +304,7 @@ mod tests {
             turn: 0,
             iteration: 1,
             images: RequestImages::default(),
+            reasoning_effort: None,
         };
         let body = provider(true).body(&request);
         assert_eq!(body["model"], "o4-mini");

@@ -119,6 +119,17 @@ impl Sandbox {
         (Sandbox::new(helper, policy), passed_over)
     }
 
+    /// The same sandbox (helper, probe, environment) under another file
+    /// system mode: for front doors that pick the mode per session (ACP
+    /// modes) without probing the kernel again.
+    pub fn with_mode(&self, mode: crate::Mode) -> Sandbox {
+        let policy = Policy {
+            mode,
+            ..self.policy.clone()
+        };
+        self.clone().with_policy(policy)
+    }
+
     /// The helper commands start through, if any.
     pub fn helper(&self) -> Option<&Helper> {
         self.helper.as_ref()

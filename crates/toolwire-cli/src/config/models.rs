@@ -81,6 +81,9 @@ pub struct ModelSpec {
     pub price: Option<Price>,
     /// Anthropic `cache_control` breakpoints (`prompt_caching`).
     pub prompt_caching: bool,
+    /// A missing API key is no error at start (`toolwire acp` tells the
+    /// editor instead, as an authentication method).
+    pub keyless_ok: bool,
 }
 
 /// The models and which answers by default.
@@ -170,6 +173,38 @@ impl ModelSettings {
     /// One provider per model and the registry of them; a model whose
     /// provider cannot be built (no key, no script) stops the start,
     /// named.
+    /// Lets every model start without its API key, and returns the
+    /// default model's name and key variable when it reads one (a public
+    /// API, no base_url): for `toolwire acp`, which offers setting it as
+    /// an authentication method while it is missing.
+    pub fn allow_missing_keys(&mut self) -> Option<(String, String)> {
+        for spec in &mut self.specs {
+            spec.keyless_ok = true;
+        }
+        let spec = match &self.default {
+            Some(name) => self.specs.iter().find(|s| s.name.as_ref() == Some(name)),
+            None => self.specs.first(),
+        }?;
+        let default_env = match spec.provider {
+            ProviderKind::Scripted => return None,
+            ProviderKind::Openai | ProviderKind::OpenaiResponses => "OPENAI_API_KEY",
+            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        };
+        if spec.base_url.is_some() {
+            return None;
+        }
+        let env = spec
+            .api_key_env
+            .clone()
+            .unwrap_or_else(|| default_env.to_owned());
+        let name = spec
+            .name
+            .clone()
+            .or_else(|| spec.model.clone())
+            .unwrap_or_default();
+        Some((name, env))
+    }
+
     pub fn registry(&self, limits: &ModelLimits) -> Result<Models> {
         let entries = self
             .specs
@@ -202,6 +237,7 @@ impl Flags {
             fallback: Vec::new(),
             price: None,
             prompt_caching: true,
+            keyless_ok: false,
         }
     }
 }
@@ -251,6 +287,7 @@ impl ModelFile {
             fallback: self.fallback,
             price: self.price,
             prompt_caching: self.prompt_caching.unwrap_or(true),
+            keyless_ok: false,
         })
     }
 }
@@ -351,7 +388,7 @@ impl ModelSpec {
         let key_env = self.api_key_env.as_deref().unwrap_or(default_key_env);
         let api_key = std::env::var(key_env).ok().filter(|k| !k.is_empty());
         // A server of one's own may need no key; the public APIs do.
-        if api_key.is_none() && self.base_url.is_none() {
+        if api_key.is_none() && self.base_url.is_none() && !self.keyless_ok {
             match &self.name {
                 Some(name) => bail!(
                     "model `{name}`: no API key: set {key_env} (or api_key_env in \

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 
 /// The committed schema the Python suite checks against too.
-const SCHEMA: &str = include_str!("../acp_python/schema/acp-v1-schema-1.15.1.json");
+const SCHEMA: &str = include_str!("../acp_python/schema/acp-v1-schema-1.17.0-unstable.json");
 
 /// The parsed schema, its definitions by (x-side, x-method, kind), and the
 /// validators compiled so far.

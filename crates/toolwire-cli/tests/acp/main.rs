@@ -49,9 +49,12 @@ fn text_of(block: &ContentBlock) -> String {
 mod acp_schema;
 
 mod cancels;
+mod commands;
 mod editor;
+mod history;
 mod mcp;
 mod models;
+mod modes;
 mod notifications;
 mod parking;
 mod permissions;

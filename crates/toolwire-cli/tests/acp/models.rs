@@ -12,7 +12,9 @@ use super::*;
 
 /// Two mock models over loopback HTTP (OpenAI's wire format), each
 /// answering with its name, and a config naming them.
-async fn two_models(home: &Path) -> (Vec<String>, support::MockServer, support::MockServer) {
+pub(super) async fn two_models(
+    home: &Path,
+) -> (Vec<String>, support::MockServer, support::MockServer) {
     use support::{MockServer, Reply, openai_sse};
     let alpha = MockServer::start(vec![Reply::sse(openai_sse("alpha answers.", &[]))]).await;
     let beta = MockServer::start(vec![Reply::sse(openai_sse("beta answers.", &[]))]).await;
@@ -40,7 +42,7 @@ async fn two_models(home: &Path) -> (Vec<String>, support::MockServer, support::
 }
 
 /// The model ids the requests `server` received asked for.
-fn asked(server: &support::MockServer) -> Vec<String> {
+pub(super) fn asked(server: &support::MockServer) -> Vec<String> {
     server
         .received()
         .iter()
@@ -66,7 +68,7 @@ fn model_option(options: &[SessionConfigOption]) -> (String, Vec<String>) {
     )
 }
 
-fn answers(updates: &[SessionUpdate]) -> String {
+pub(super) fn answers(updates: &[SessionUpdate]) -> String {
     updates
         .iter()
         .filter_map(|u| match u {
@@ -109,7 +111,7 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
             let unknown_option = cx
                 .send_request(SetSessionConfigOptionRequest::new(
                     session.clone(),
-                    "mode",
+                    "speed",
                     "beta",
                 ))
                 .block_task()
@@ -147,7 +149,7 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
     assert_eq!(asked(&beta), ["beta-1", "beta-1"]);
     let data = |e: &AcpError| e.data.clone().unwrap_or_default().to_string();
     assert!(
-        data(&unknown_option).contains("`mode`"),
+        data(&unknown_option).contains("`speed`"),
         "{unknown_option:?}"
     );
     assert!(

@@ -117,7 +117,13 @@ async fn load_session(
         })
         .await;
     drop(child);
-    editor.updates()
+    // The session's slash commands follow the answer; they are no part of
+    // the replay.
+    editor
+        .updates()
+        .into_iter()
+        .filter(|u| !matches!(u, SessionUpdate::AvailableCommandsUpdate(_)))
+        .collect()
 }
 
 #[tokio::test]

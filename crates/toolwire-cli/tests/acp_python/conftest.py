@@ -76,17 +76,22 @@ class Acp:
         self.agents: List[AgentProcess] = []
 
     def agent(
-        self, script: str, client: Optional[RecordingClient] = None, args: Tuple[str, ...] = ()
+        self,
+        script: str,
+        client: Optional[RecordingClient] = None,
+        args: Tuple[str, ...] = (),
+        provider: Optional[List[str]] = None,
     ) -> AgentProcess:
         """An agent process (start it with `async with`) playing
-        scripts/`script`, with `client` (a new RecordingClient if None) and
+        scripts/`script`, with `client` (a new RecordingClient if None),
+        `provider` (flags) in place of the scripted model when given, and
         `args` after the others (a `--config`, say)."""
         index = len(self.agents)
         script_path = self.home / f"script-{index}.yaml"
         shutil.copyfile(SCRIPTS / script, script_path)
         argv = [
             _binary(), "acp",
-            "--provider", "scripted", "--script", str(script_path),
+            *(provider or ["--provider", "scripted", "--script", str(script_path)]),
             "--db", self.db,
             *args,
         ]

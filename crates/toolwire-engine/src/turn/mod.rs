@@ -59,6 +59,8 @@ pub struct TurnOptions {
     /// The registry name of the model that answers (the default when
     /// `None`); a name the registry lacks is refused at the turn's start.
     pub model: Option<String>,
+    /// How hard a reasoning model thinks (`None`: the provider's default).
+    pub reasoning_effort: Option<toolwire_providers::ReasoningEffort>,
 }
 
 /// How a turn ended.

@@ -46,6 +46,12 @@ pub enum McpError {
         #[source]
         source: Box<ServiceError>,
     },
+    #[error("MCP server `{server}` failed {request}: {detail}")]
+    Prompt {
+        server: String,
+        request: String,
+        detail: String,
+    },
     #[error("MCP server `{server}` exited: {detail}")]
     Exited { server: String, detail: String },
     #[error("MCP server `{server}` is not configured right: {problem}")]

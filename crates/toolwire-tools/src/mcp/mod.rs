@@ -36,6 +36,7 @@ mod config;
 mod error;
 mod http;
 mod progress;
+mod prompts;
 mod stdio;
 mod tool;
 
@@ -58,6 +59,7 @@ use tokio::time::Instant;
 pub use backoff::{BACKOFF_FIRST, BACKOFF_MAX};
 pub use config::{McpServerConfig, redact_url};
 pub use error::McpError;
+pub use prompts::{McpPrompt, McpPromptArgument, McpPromptMessage};
 pub use stdio::Launch;
 pub use tool::tool_name;
 

@@ -1,0 +1,235 @@
+//! What an ACP session keeps beside its conversation, so that another
+//! agent process on the same database lists, loads and resumes it as it
+//! was: its cwd, its mode and a title (the first line of its first
+//! prompt). Stored through the engine's records as `acp_session` (id: the
+//! conversation id); the record's update time is the session's.
+//!
+//! `session/list` reads these records: newest first, filtered by cwd when
+//! asked, [`PAGE`] a page; the cursor is the last session id of the page
+//! before.
+
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol::v1::schema::{ListSessionsResponse, SessionInfo};
+use serde::{Deserialize, Serialize};
+use toolwire_core::ConversationId;
+use toolwire_engine::Engine;
+
+use crate::errors::{internal, invalid_params};
+use crate::modes::SessionMode;
+use crate::state::Session;
+
+/// The kind of the records.
+const KIND: &str = "acp_session";
+
+/// Sessions a `session/list` page holds.
+pub(crate) const PAGE: usize = 32;
+
+/// Characters of the first prompt kept as the title.
+const TITLE_CHARS: usize = 80;
+
+/// One session's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionRecord {
+    pub cwd: PathBuf,
+    #[serde(default)]
+    pub mode: SessionMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The reasoning effort chosen (`None`: the provider's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<toolwire_providers::ReasoningEffort>,
+}
+
+impl SessionRecord {
+    pub(crate) fn new(cwd: &Path, mode: SessionMode) -> Self {
+        SessionRecord {
+            cwd: cwd.to_path_buf(),
+            mode,
+            title: None,
+            reasoning_effort: None,
+        }
+    }
+}
+
+/// Changes the record of `conversation` (made in `cwd` and `mode` when it
+/// has none) and stores it.
+pub(crate) async fn update(
+    engine: &Engine,
+    conversation: ConversationId,
+    cwd: &Path,
+    mode: SessionMode,
+    change: impl FnOnce(&mut SessionRecord),
+) {
+    let mut record = load(engine, conversation)
+        .await
+        .unwrap_or_else(|| SessionRecord::new(cwd, mode));
+    change(&mut record);
+    save(engine, conversation, &record).await;
+}
+
+/// The record of `conversation`, if it has one (a conversation made by
+/// another door has none; read errors are logged and read as none).
+pub(crate) async fn load(engine: &Engine, conversation: ConversationId) -> Option<SessionRecord> {
+    match engine
+        .store()
+        .document(KIND, &conversation.to_string())
+        .await
+    {
+        Ok(Some(doc)) => match serde_json::from_value(doc.body) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "a stored ACP session record is unreadable");
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(%conversation, error = %e, "reading a stored ACP session record");
+            None
+        }
+    }
+}
+
+/// Stores `record` for `conversation` (its update time is now).
+pub(crate) async fn save(engine: &Engine, conversation: ConversationId, record: &SessionRecord) {
+    let body = match serde_json::to_value(record) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::warn!(%conversation, error = %e, "encoding an ACP session record");
+            return;
+        }
+    };
+    if let Err(e) = engine
+        .put_record(KIND, &conversation.to_string(), &body)
+        .await
+    {
+        tracing::warn!(%conversation, error = %e, "storing an ACP session record");
+    }
+}
+
+/// Sets `session`'s mode: its next calls follow it, the engine's own turns
+/// too, and it is stored with the session.
+pub(crate) async fn apply_mode(engine: &Engine, session: &Session, mode: SessionMode) {
+    session.set_mode(mode);
+    engine.set_conversation_options(session.conversation, session.turn_options());
+    update(engine, session.conversation, &session.cwd, mode, |r| {
+        r.mode = mode;
+    })
+    .await;
+}
+
+/// After a prompt: the session was used now, and its first prompt names it.
+pub(crate) async fn touch(
+    engine: &Engine,
+    conversation: ConversationId,
+    cwd: &Path,
+    mode: SessionMode,
+    prompt: &str,
+) {
+    update(engine, conversation, cwd, mode, |record| {
+        if record.title.is_none() {
+            record.title = title_of(prompt);
+        }
+    })
+    .await;
+}
+
+/// The title a prompt gives: its first non-empty line, cut to
+/// [`TITLE_CHARS`] characters.
+pub(crate) fn title_of(prompt: &str) -> Option<String> {
+    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let mut title: String = line.chars().take(TITLE_CHARS).collect();
+    if line.chars().count() > TITLE_CHARS {
+        title.push('…');
+    }
+    Some(title)
+}
+
+/// `session/list`: a page of the stored sessions, newest first.
+pub(crate) async fn list(
+    engine: &Engine,
+    cwd: Option<&Path>,
+    cursor: Option<&str>,
+) -> Result<ListSessionsResponse, agent_client_protocol::Error> {
+    let docs = engine.store().documents(KIND).await.map_err(internal)?;
+    let mut rows: Vec<_> = docs
+        .into_iter()
+        .filter_map(|doc| {
+            let record: SessionRecord = serde_json::from_value(doc.body).ok()?;
+            let conversation = doc.id.parse::<ConversationId>().ok()?;
+            Some((doc.updated_at, conversation, record))
+        })
+        .filter(|(_, _, record)| cwd.is_none_or(|cwd| record.cwd == cwd))
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    let start = match cursor {
+        None => 0,
+        Some(cursor) => {
+            rows.iter()
+                .position(|(_, id, _)| id.to_string() == cursor)
+                .ok_or_else(|| {
+                    invalid_params(format!(
+                        "unknown cursor `{cursor}`: it names no listed session (pass the \
+                         nextCursor of the page before)"
+                    ))
+                })?
+                + 1
+        }
+    };
+    let page: Vec<_> = rows.iter().skip(start).take(PAGE).collect();
+    let next = (start + page.len() < rows.len())
+        .then(|| page.last().map(|(_, id, _)| id.to_string()))
+        .flatten();
+    let mut sessions = Vec::with_capacity(page.len());
+    for (updated, conversation, record) in page {
+        // A title set on the conversation (the page, the live view) wins.
+        let title = match engine.store().conversation(*conversation).await {
+            Ok(c) => c.title.or_else(|| record.title.clone()),
+            // Deleted since: not listed.
+            Err(_) => continue,
+        };
+        sessions.push(
+            SessionInfo::new(conversation.to_string(), record.cwd.clone())
+                .title(title)
+                .updated_at(updated.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        );
+    }
+    Ok(ListSessionsResponse::new(sessions).next_cursor(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_title_is_the_first_line_cut_short() {
+        assert_eq!(
+            title_of("\n  fix the parser  \nthen more"),
+            Some("fix the parser".into())
+        );
+        assert_eq!(title_of("   \n "), None);
+        let long = "x".repeat(100);
+        let title = title_of(&long).unwrap();
+        assert_eq!(title.chars().count(), TITLE_CHARS + 1);
+        assert!(title.ends_with('…'));
+    }
+
+    #[test]
+    fn a_record_reads_back_and_old_ones_default_to_ask() {
+        let record = SessionRecord {
+            cwd: "/w".into(),
+            mode: SessionMode::AcceptEdits,
+            title: Some("t".into()),
+            reasoning_effort: Some(toolwire_providers::ReasoningEffort::High),
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["mode"], "accept-edits");
+        assert_eq!(
+            serde_json::from_value::<SessionRecord>(json).unwrap(),
+            record
+        );
+        let old: SessionRecord = serde_json::from_value(serde_json::json!({"cwd": "/w"})).unwrap();
+        assert_eq!(old.mode, SessionMode::Ask);
+    }
+}
