@@ -176,10 +176,10 @@ async fn a_plain_read_stays_small() {
     drop(child);
     let total = bytes.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("a plain read: {total} bytes from the agent in all");
-    // Issue 21 asks for 2,100 on its own scenario; this one (the session
-    // set-up with the model picker, a title, usage) measured 2,349 when
-    // written (main's build: about as much without title and usage): the
-    // bound keeps it from growing.
-    assert!(total <= 2_400, "{total} bytes");
+    // Issue 21 asks for 2,100 on its own scenario (not met): this one
+    // measured 2,349 with the model picker, a title and usage, and 3,318
+    // once sessions also offered modes, the mode option and slash commands
+    // (+620, +307 bytes). The bound keeps it from growing.
+    assert!(total <= 3_400, "{total} bytes");
     assert!(results(&editor.updates()).contains("three"));
 }
