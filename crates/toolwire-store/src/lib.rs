@@ -23,8 +23,10 @@
 //!
 //! **Entry points.** [`open`] (by URL: `sqlite://PATH`, `sqlite::memory:`
 //! or `postgres://…`), the [`StoreRead`] and [`Store`] traits,
-//! [`StoreError`], [`local_files`].
+//! [`StoreError`], [`local_files`], [`cluster::Cluster`] (instances on
+//! one database: leases, announcements, commands).
 
+pub mod cluster;
 mod content;
 mod migrate;
 mod postgres;
@@ -344,6 +346,14 @@ pub trait Store: StoreRead {
     /// message holds. Storing the same bytes again writes nothing (the
     /// first media type stays).
     async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> Result<BlobRef>;
+
+    /// How instance `me` coordinates with the other instances on this
+    /// database ([`cluster`]): alone unless the backend is shared
+    /// (PostgreSQL), where it keeps a connection of its own.
+    async fn cluster(&self, me: InstanceId) -> Result<Arc<dyn cluster::Cluster>> {
+        let _ = me;
+        Ok(Arc::new(cluster::Alone))
+    }
 }
 
 /// The files the store at `url` keeps on disk: a SQLite database file and
