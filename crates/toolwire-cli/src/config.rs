@@ -894,6 +894,18 @@ impl Running {
     }
 }
 
+/// How long an instance may stay silent before the others take over its
+/// turns (`failover_secs`, `--failover-secs`): at least 0.3 s, so that its
+/// heartbeat (a third of it) stays a real interval.
+pub fn failover_after(secs: f64) -> Result<std::time::Duration> {
+    let after = std::time::Duration::try_from_secs_f64(secs)?;
+    anyhow::ensure!(
+        after >= std::time::Duration::from_millis(300),
+        "must be at least 0.3 seconds"
+    );
+    Ok(after)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1336,16 +1348,4 @@ mod tests {
             assert!(error.contains(says), "{toml}: {error}");
         }
     }
-}
-
-/// How long an instance may stay silent before the others take over its
-/// turns (`failover_secs`, `--failover-secs`): at least 0.3 s, so that its
-/// heartbeat (a third of it) stays a real interval.
-pub fn failover_after(secs: f64) -> Result<std::time::Duration> {
-    let after = std::time::Duration::try_from_secs_f64(secs)?;
-    anyhow::ensure!(
-        after >= std::time::Duration::from_millis(300),
-        "must be at least 0.3 seconds"
-    );
-    Ok(after)
 }

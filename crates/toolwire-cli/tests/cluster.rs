@@ -169,12 +169,18 @@ impl Serve {
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn socket(&self, conversation: &str, after: Option<u64>) -> Socket {
         let query = after.map(|n| format!("?after={n}")).unwrap_or_default();
-        let url = format!("ws://{}/v1/conversations/{conversation}/ws{query}", self.addr);
+        let url = format!(
+            "ws://{}/v1/conversations/{conversation}/ws{query}",
+            self.addr
+        );
         let (socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
         socket
     }
@@ -438,7 +444,10 @@ async fn simultaneous_starts_through_two_instances_never_run_two_turns() {
         for pair in runs.windows(2) {
             let finished: chrono::DateTime<chrono::Utc> = pair[0].get(1);
             let next: chrono::DateTime<chrono::Utc> = pair[1].get(0);
-            assert!(next >= finished, "two turns ran at once: {finished} > {next}");
+            assert!(
+                next >= finished,
+                "two turns ran at once: {finished} > {next}"
+            );
         }
         db
     })
@@ -458,7 +467,11 @@ async fn followers_on_every_instance_see_the_same_frames() {
         let frames_b = until_stop(&mut on_b).await;
         let frames_c = until_stop(&mut on_c).await;
         assert!(
-            frames_a.iter().filter(|f| f["type"] == "text_delta").count() > 10,
+            frames_a
+                .iter()
+                .filter(|f| f["type"] == "text_delta")
+                .count()
+                > 10,
             "the answer streamed: {frames_a:?}"
         );
         assert_eq!(frames_a.last().unwrap()["reason"], "end_turn");
@@ -516,7 +529,11 @@ async fn commands_sent_to_another_instance_reach_the_running_turn() {
         })
         .await;
         let mut on_b = b.socket(&conversation, Some(0)).await;
-        send_frame(&mut on_b, json!({"type": "interject", "text": "and mind the cat"})).await;
+        send_frame(
+            &mut on_b,
+            json!({"type": "interject", "text": "and mind the cat"}),
+        )
+        .await;
         let frames = until_stop(&mut watch_a).await;
         assert_eq!(frames.last().unwrap()["reason"], "end_turn");
         let interjections: Vec<&Value> = frames
@@ -563,7 +580,10 @@ async fn commands_sent_to_another_instance_reach_the_running_turn() {
         assert_eq!(status, 202, "{body}");
         let request = until(&mut watch_a, |f| f["type"] == "approval_request").await;
         let call = request.last().unwrap()["tool_calls"][0]["tool_call_id"].clone();
-        assert_eq!(until_stop(&mut watch_a).await.pop().unwrap()["reason"], "requires_approval");
+        assert_eq!(
+            until_stop(&mut watch_a).await.pop().unwrap()["reason"],
+            "requires_approval"
+        );
         let mut on_b = b.socket(&conversation, None).await;
         until(&mut on_b, |f| f["type"] == "snapshot").await;
         send_frame(&mut on_b, json!({"type": "approve", "tool_call_id": call})).await;
@@ -587,7 +607,10 @@ async fn a_killed_instance_is_taken_over_and_nothing_repeats() {
         assert_eq!(status, 202, "{body}");
         let run_id = body["run_id"].as_str().unwrap().to_owned();
         // A few words in, A dies.
-        let before = until(&mut on_b, |f| f["type"] == "text_delta" && f["text"].as_str().is_some_and(|t| t.contains("word5"))).await;
+        let before = until(&mut on_b, |f| {
+            f["type"] == "text_delta" && f["text"].as_str().is_some_and(|t| t.contains("word5"))
+        })
+        .await;
         let last_seen = before.last().unwrap()["seq"].as_u64().unwrap();
         let pid = a.child.id().unwrap();
         nix::sys::signal::kill(
@@ -618,10 +641,15 @@ async fn a_killed_instance_is_taken_over_and_nothing_repeats() {
         assert_eq!(rest.last().unwrap(), stop);
 
         // A new turn runs through B.
-        let mut watch = b.socket(&conversation, Some(stop["seq"].as_u64().unwrap())).await;
+        let mut watch = b
+            .socket(&conversation, Some(stop["seq"].as_u64().unwrap()))
+            .await;
         let (status, body) = b.send(&conversation, "and now?").await;
         assert_eq!(status, 202, "{body}");
-        assert_eq!(until_stop(&mut watch).await.pop().unwrap()["reason"], "end_turn");
+        assert_eq!(
+            until_stop(&mut watch).await.pop().unwrap()["reason"],
+            "end_turn"
+        );
 
         // A again: nothing repeated.
         let requests_before = mock.received().len();
@@ -644,7 +672,11 @@ async fn a_killed_instance_is_taken_over_and_nothing_repeats() {
             .unwrap()
             .get(0);
         assert_eq!(unfinished, 0);
-        assert_eq!(mock.received().len(), requests_before, "no model call repeated");
+        assert_eq!(
+            mock.received().len(),
+            requests_before,
+            "no model call repeated"
+        );
         drop(a2);
         db
     })

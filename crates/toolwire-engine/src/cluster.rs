@@ -133,7 +133,9 @@ fn on_events(engine: &Engine, conversation: ConversationId, seq: u64) {
     // A channel that never carried an event starts after what was
     // announced before (or just before this seq: a follower that finds
     // a gap reads it from the log).
-    let start = previous.filter(|p| *p < seq).unwrap_or(seq.saturating_sub(1));
+    let start = previous
+        .filter(|p| *p < seq)
+        .unwrap_or(seq.saturating_sub(1));
     engine.bus().start_remote_at(conversation, start);
     feed(engine, conversation, seq);
 }
@@ -214,7 +216,10 @@ async fn take_commands(engine: Engine) {
                 engine.interject(conversation, &text).await.map(drop)
             }
             Command::Notify { event, .. } => match serde_json::from_value::<WireIncoming>(event) {
-                Ok(event) => engine.notify_here(conversation, event.into()).await.map(drop),
+                Ok(event) => engine
+                    .notify_here(conversation, event.into())
+                    .await
+                    .map(drop),
                 Err(e) => {
                     tracing::warn!(%conversation, error = %e, "an unreadable notification from another instance was dropped");
                     Ok(())

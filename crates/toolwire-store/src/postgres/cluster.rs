@@ -64,9 +64,9 @@ fn lease_key(conversation: ConversationId) -> i32 {
 }
 
 fn section_key(name: &str) -> i32 {
-    let hash = name
-        .bytes()
-        .fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
     i32::from_ne_bytes(hash.to_ne_bytes())
 }
 
@@ -182,11 +182,16 @@ async fn connect(
             }
         }
     });
-    let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
     *lock(&own_pid) = Some(pid);
     *lock(&shared.backend_pid) = Some(pid);
     client
-        .batch_execute(&format!("LISTEN {EVENTS_CHANNEL}; LISTEN {COMMANDS_CHANNEL}"))
+        .batch_execute(&format!(
+            "LISTEN {EVENTS_CHANNEL}; LISTEN {COMMANDS_CHANNEL}"
+        ))
         .await?;
     let held: Vec<ConversationId> = lock(&shared.held).keys().copied().collect();
     for conversation in held {
@@ -370,7 +375,9 @@ impl Cluster for PgCluster {
                 row.try_get(1)?;
             match serde_json::from_value::<Command>(body) {
                 Ok(command) => commands.push((id, command)),
-                Err(e) => tracing::warn!(id, error = %e, "a stored command could not be read; dropped"),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "a stored command could not be read; dropped")
+                }
             }
         }
         commands.sort_by_key(|(id, _)| *id);
