@@ -258,6 +258,19 @@ async fn until_stop(socket: &mut Socket) -> Vec<Value> {
     }
 }
 
+/// [`until_stop`], with when each frame arrived.
+async fn timed_until_stop(socket: &mut Socket) -> Vec<(Value, Instant)> {
+    let mut frames = Vec::new();
+    loop {
+        let f = frame(socket).await;
+        let stop = f["type"] == "stop";
+        frames.push((f, Instant::now()));
+        if stop {
+            return frames;
+        }
+    }
+}
+
 /// Frames up to and including the first that `last` accepts.
 async fn until(socket: &mut Socket, last: impl Fn(&Value) -> bool) -> Vec<Value> {
     let mut frames = Vec::new();
@@ -463,9 +476,29 @@ async fn followers_on_every_instance_see_the_same_frames() {
         let mut on_c = c.socket(&conversation, Some(0)).await;
         let (status, body) = a.send(&conversation, "slow please").await;
         assert_eq!(status, 202, "{body}");
-        let frames_a = until_stop(&mut on_a).await;
-        let frames_b = until_stop(&mut on_b).await;
-        let frames_c = until_stop(&mut on_c).await;
+        // Read side by side, each frame timed as it arrives.
+        let (timed_a, timed_b, timed_c) = tokio::join!(
+            timed_until_stop(&mut on_a),
+            timed_until_stop(&mut on_b),
+            timed_until_stop(&mut on_c),
+        );
+        let mut lags: Vec<Duration> = timed_a
+            .iter()
+            .zip(&timed_b)
+            .chain(timed_a.iter().zip(&timed_c))
+            .map(|((_, on_owner), (_, elsewhere))| elsewhere.saturating_duration_since(*on_owner))
+            .collect();
+        lags.sort();
+        eprintln!(
+            "frames on B and C after the same frame on A: p50 {:?}, p99 {:?}, max {:?} ({} frames)",
+            lags[lags.len() / 2],
+            lags[lags.len() * 99 / 100],
+            lags[lags.len() - 1],
+            lags.len()
+        );
+        let frames_a: Vec<Value> = timed_a.into_iter().map(|(f, _)| f).collect();
+        let frames_b: Vec<Value> = timed_b.into_iter().map(|(f, _)| f).collect();
+        let frames_c: Vec<Value> = timed_c.into_iter().map(|(f, _)| f).collect();
         assert!(
             frames_a
                 .iter()

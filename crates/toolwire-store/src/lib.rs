@@ -357,7 +357,7 @@ pub trait Store: StoreRead {
 }
 
 /// The files the store at `url` keeps on disk: a SQLite database file and
-/// its `-wal`, `-shm` and `-journal` siblings (whether they exist yet or
+/// its `-wal`, `-shm`, `-journal` and `-leases` siblings (whether they exist yet or
 /// not), as named by the URL. None for an in-memory database, PostgreSQL,
 /// or a URL that does not parse.
 pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
@@ -365,7 +365,7 @@ pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
         return Vec::new();
     };
     let mut files = vec![file.clone()];
-    for suffix in ["-wal", "-shm", "-journal"] {
+    for suffix in ["-wal", "-shm", "-journal", "-leases"] {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
         files.push(name.into());
