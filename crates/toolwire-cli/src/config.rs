@@ -238,6 +238,10 @@ struct FileConfig {
     /// `serve`: on SIGTERM or Ctrl-C, seconds running turns get to reach
     /// their next stored step before they are cut (default 10).
     shutdown_grace_secs: Option<f64>,
+    /// Instances on one database: seconds an instance may go without a
+    /// heartbeat before the others take over its turns (its heartbeat,
+    /// and their sweep for gone instances, every third of it; default 30).
+    failover_secs: Option<f64>,
     /// Where a message typed during a turn goes: `new_message` (a user
     /// message after the running tools, the default) or `reminder` (a
     /// notification on the next tool result).
@@ -647,6 +651,10 @@ impl EngineArgs {
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| self.invalid("the MCP servers"))?;
         let defaults = EngineConfig::default();
+        let failover = file
+            .failover_secs
+            .map(|secs| failover_after(secs).with_context(|| format!("failover_secs = {secs}")))
+            .transpose()?;
         let db = match self.db.clone().or(file.db) {
             Some(db) => db,
             None => default_db()?,
@@ -688,6 +696,10 @@ impl EngineArgs {
                     Some(InterjectionArg::Reminder) => InterjectionMode::Reminder,
                     Some(InterjectionArg::NewMessage) | None => InterjectionMode::NewMessage,
                 },
+                stale_owner_after: failover.unwrap_or(defaults.stale_owner_after),
+                heartbeat_interval: failover
+                    .map(|f| f / 3)
+                    .unwrap_or(defaults.heartbeat_interval),
                 ..defaults
             },
             models,
@@ -913,6 +925,18 @@ impl Running {
             tracing::warn!(error = %e, "pending notifications could not be kept in the store");
         }
     }
+}
+
+/// How long an instance may stay silent before the others take over its
+/// turns (`failover_secs`, `--failover-secs`): at least 0.3 s, so that its
+/// heartbeat (a third of it) stays a real interval.
+pub fn failover_after(secs: f64) -> Result<std::time::Duration> {
+    let after = std::time::Duration::try_from_secs_f64(secs)?;
+    anyhow::ensure!(
+        after >= std::time::Duration::from_millis(300),
+        "must be at least 0.3 seconds"
+    );
+    Ok(after)
 }
 
 #[cfg(test)]

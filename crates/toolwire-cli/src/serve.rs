@@ -41,12 +41,25 @@ pub struct ServeArgs {
     /// default 10].
     #[arg(long, env = "TOOLWIRE_SHUTDOWN_GRACE_SECS", value_name = "SECS")]
     shutdown_grace_secs: Option<f64>,
+    /// Instances on one PostgreSQL database: seconds an instance may go
+    /// without a heartbeat before the others interrupt its turns and take
+    /// over its notifications (an instance whose process or database
+    /// connection is gone is noticed at the next sweep, every third of
+    /// this) [config: failover_secs; default 30].
+    #[arg(long, env = "TOOLWIRE_FAILOVER_SECS", value_name = "SECS")]
+    failover_secs: Option<f64>,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
 pub async fn run(args: &ServeArgs) -> Result<ExitCode> {
-    let settings = args.engine.resolve()?;
+    let mut settings = args.engine.resolve()?;
+    if let Some(secs) = args.failover_secs {
+        let after = crate::config::failover_after(secs)
+            .with_context(|| format!("--failover-secs {secs}"))?;
+        settings.engine.stale_owner_after = after;
+        settings.engine.heartbeat_interval = after / 3;
+    }
     let defaults = ServerSettings::default();
     let shutdown_grace = match args.shutdown_grace_secs {
         Some(secs) => Duration::try_from_secs_f64(secs)

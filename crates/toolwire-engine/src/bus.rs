@@ -3,28 +3,51 @@
 //! subscribers and observers. Subscribers hold a bounded broadcast
 //! receiver: one that falls behind gets `Lagged` and resyncs from the
 //! store's log; the turn never waits for it.
+//!
+//! With instances sharing a database, each publish is also announced to
+//! the others (`toolwire_store::cluster`), and events another instance
+//! stored are read from the log and published here ([`EventBus::publish_remote`])
+//! to the conversation's local subscribers, in order, none twice.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::broadcast;
 use toolwire_core::{AgentEvent, ConversationId, Message};
+use toolwire_store::cluster::Cluster;
 use toolwire_store::{Store, StoreError, StoredEvent};
 
 /// Sees every event of every conversation, in order, after it is stored.
 /// Must not block.
 pub trait Observer: Send + Sync {
     fn on_event(&self, conversation: ConversationId, event: &StoredEvent);
+
+    /// Another instance on the same database stored `conversation`'s
+    /// events up to `seq` (they reach [`Observer::on_event`] only while
+    /// this instance has a follower of the conversation).
+    fn on_remote(&self, conversation: ConversationId, seq: u64) {
+        let _ = (conversation, seq);
+    }
 }
 
-type Channels = Mutex<HashMap<ConversationId, broadcast::Sender<Arc<StoredEvent>>>>;
+/// A conversation's live channel and the last seq sent on it (0: none
+/// yet), so that events read from the log for another instance's turn
+/// follow on without a gap or a repeat.
+struct Channel {
+    tx: broadcast::Sender<Arc<StoredEvent>>,
+    published: u64,
+}
+
+type Channels = Mutex<HashMap<ConversationId, Channel>>;
 
 pub(crate) struct EventBus {
     store: Arc<dyn Store>,
     capacity: usize,
     channels: Arc<Channels>,
     observers: Mutex<Vec<Arc<dyn Observer>>>,
+    /// Told of every publish when other instances share the database.
+    cluster: OnceLock<Arc<dyn Cluster>>,
 }
 
 impl EventBus {
@@ -34,6 +57,14 @@ impl EventBus {
             capacity: capacity.max(1),
             channels: Arc::new(Mutex::new(HashMap::new())),
             observers: Mutex::new(Vec::new()),
+            cluster: OnceLock::new(),
+        }
+    }
+
+    /// Announces every publish from now on to the other instances.
+    pub(crate) fn set_cluster(&self, cluster: Arc<dyn Cluster>) {
+        if cluster.shared() {
+            let _ = self.cluster.set(cluster);
         }
     }
 
@@ -73,11 +104,15 @@ impl EventBus {
     }
 
     fn publish(&self, conversation: ConversationId, seqs: Vec<u64>, events: Vec<AgentEvent>) {
+        let last = seqs.last().copied();
         let observers: Vec<Arc<dyn Observer>> =
             self.observers.lock().map(|o| o.clone()).unwrap_or_default();
         // Cloned so that the lock is not held while observers run.
         let tx = match self.channels.lock() {
-            Ok(channels) => channels.get(&conversation).cloned(),
+            Ok(mut channels) => channels.get_mut(&conversation).map(|c| {
+                c.published = c.published.max(last.unwrap_or(0));
+                c.tx.clone()
+            }),
             Err(_) => None,
         };
         for (seq, event) in seqs.into_iter().zip(events) {
@@ -90,13 +125,85 @@ impl EventBus {
                 let _ = tx.send(stored);
             }
         }
+        if let (Some(cluster), Some(last)) = (self.cluster.get(), last) {
+            cluster.announce(conversation, last);
+        }
+    }
+
+    /// Where the local channel of `conversation` stands (the last seq sent
+    /// on it), or `None` when nobody here follows it.
+    pub(crate) fn followed_from(&self, conversation: ConversationId) -> Option<u64> {
+        let channels = self.channels.lock().ok()?;
+        channels.get(&conversation).map(|c| c.published)
+    }
+
+    /// Sets where the remote events of a channel that never carried any
+    /// start: just after `seq` (when it still stands at 0).
+    pub(crate) fn start_remote_at(&self, conversation: ConversationId, seq: u64) {
+        if let Ok(mut channels) = self.channels.lock()
+            && let Some(c) = channels.get_mut(&conversation)
+            && c.published == 0
+        {
+            c.published = seq;
+        }
+    }
+
+    /// Publishes events another instance stored (read from the log, in
+    /// order): those after the channel's last seq, to its subscribers and
+    /// the observers. Not announced again.
+    pub(crate) fn publish_remote(&self, conversation: ConversationId, events: Vec<StoredEvent>) {
+        let observers: Vec<Arc<dyn Observer>> =
+            self.observers.lock().map(|o| o.clone()).unwrap_or_default();
+        let (tx, fresh) = {
+            let Ok(mut channels) = self.channels.lock() else {
+                return;
+            };
+            let Some(channel) = channels.get_mut(&conversation) else {
+                return;
+            };
+            let from = channel.published;
+            let fresh: Vec<StoredEvent> = events.into_iter().filter(|e| e.seq > from).collect();
+            if let Some(last) = fresh.last() {
+                channel.published = last.seq;
+            }
+            (channel.tx.clone(), fresh)
+        };
+        for event in fresh {
+            let stored = Arc::new(event);
+            for o in &observers {
+                o.on_event(conversation, &stored);
+            }
+            let _ = tx.send(stored);
+        }
+    }
+
+    /// Tells the observers that another instance stored `conversation`'s
+    /// events up to `seq`.
+    pub(crate) fn remote_seq(&self, conversation: ConversationId, seq: u64) {
+        let observers: Vec<Arc<dyn Observer>> =
+            self.observers.lock().map(|o| o.clone()).unwrap_or_default();
+        for o in &observers {
+            o.on_remote(conversation, seq);
+        }
+    }
+
+    /// The conversations followed here.
+    pub(crate) fn followed(&self) -> Vec<ConversationId> {
+        self.channels
+            .lock()
+            .map(|c| c.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     pub(crate) fn subscribe(&self, conversation: ConversationId) -> Subscription {
         let rx = match self.channels.lock() {
             Ok(mut channels) => channels
                 .entry(conversation)
-                .or_insert_with(|| broadcast::channel(self.capacity).0)
+                .or_insert_with(|| Channel {
+                    tx: broadcast::channel(self.capacity).0,
+                    published: 0,
+                })
+                .tx
                 .subscribe(),
             // A poisoned lock only means another thread panicked while
             // holding it; a fresh channel still works.
@@ -154,7 +261,7 @@ impl Drop for Subscription {
         // the map holds its channel.)
         if channels
             .get(&self.conversation)
-            .is_some_and(|tx| tx.receiver_count() <= 1)
+            .is_some_and(|c| c.tx.receiver_count() <= 1)
         {
             channels.remove(&self.conversation);
         }

@@ -12,10 +12,12 @@ use toolwire_core::{
     Message, MessageId, PendingApproval, Priority, ResolvedApproval, Role, RunId, StopReason,
     ToolCallId, Usage, tree,
 };
+use toolwire_store::cluster::{Cluster, Command};
 use toolwire_store::{InstanceRecord, Store, StoreRead, StoredEvent};
 
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
+use crate::cluster::{self, Feeds};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
@@ -114,6 +116,11 @@ struct Inner {
     stopping: Stopping,
     /// Held by a turn's start and by a change to a conversation (`edit`).
     edits: KeyedLocks<ConversationId>,
+    /// The other instances on the database: a turn runs only with its
+    /// conversation's lease, held while the conversation is in `active`.
+    cluster: Arc<dyn Cluster>,
+    feeds: Feeds,
+    _cluster_tasks: cluster::Tasks,
 }
 
 impl Inner {
@@ -157,6 +164,16 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// The engine for its own tasks, which must not keep it alive.
+#[derive(Clone)]
+pub(crate) struct WeakEngine(Weak<Inner>);
+
+impl WeakEngine {
+    pub(crate) fn upgrade(&self) -> Option<Engine> {
+        self.0.upgrade().map(|inner| Engine { inner })
+    }
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
@@ -181,6 +198,8 @@ impl Engine {
         let models = models.into();
         let bus = EventBus::new(store.clone(), config.event_capacity);
         let instance = Registration::register(&store, config.heartbeat_interval).await?;
+        let cluster = store.cluster(instance.record().id).await?;
+        bus.set_cluster(cluster.clone());
         instance::interrupt_orphaned_runs(
             store.as_ref(),
             &bus,
@@ -200,6 +219,7 @@ impl Engine {
             .await?;
         }
         let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
+        let sweep_every = config.heartbeat_interval;
         let inner = Arc::new_cyclic(|weak| Inner {
             store,
             models,
@@ -214,6 +234,9 @@ impl Engine {
             _keeper: keeper,
             stopping: Stopping::default(),
             edits: KeyedLocks::default(),
+            _cluster_tasks: cluster::start(WeakEngine(weak.clone()), &cluster, sweep_every),
+            cluster,
+            feeds: Feeds::default(),
         });
         Ok(Engine { inner })
     }
@@ -282,6 +305,46 @@ impl Engine {
     /// `records`).
     pub(crate) fn writer(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    pub(crate) fn bus(&self) -> &EventBus {
+        &self.inner.bus
+    }
+
+    pub(crate) fn cluster(&self) -> &Arc<dyn Cluster> {
+        &self.inner.cluster
+    }
+
+    pub(crate) fn feeds(&self) -> &Feeds {
+        &self.inner.feeds
+    }
+
+    /// Takes over the pending notifications of instances that are gone.
+    pub(crate) async fn take_over_notifications(&self) -> Result<(), EngineError> {
+        if self.inner.config.notifications.enabled {
+            keep::take_over(
+                self.inner.store.as_ref(),
+                &self.inner.notifications,
+                &self.inner.config.notifications.queue,
+                self.inner.instance.record(),
+                self.inner.config.stale_owner_after,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Looks once for turns whose instance is gone (instances sharing a
+    /// database do so every heartbeat): each is marked interrupted, once,
+    /// and pending notifications of gone instances are taken over.
+    /// Returns how many runs it interrupted.
+    pub async fn sweep_gone_instances(&self) -> Result<usize, EngineError> {
+        cluster::sweep(self).await
+    }
+
+    /// Gives back the lease of `conversation`, whose entry left `active`.
+    fn release(&self, conversation: ConversationId) {
+        self.inner.cluster.release(conversation);
     }
 
     pub(crate) fn conversation_locks(&self) -> &KeyedLocks<ConversationId> {
@@ -382,12 +445,47 @@ impl Engine {
         conversation: ConversationId,
         event: Incoming,
     ) -> Result<Notified, EngineError> {
-        let settings = &self.inner.config.notifications;
-        if !settings.enabled {
+        if !self.inner.config.notifications.enabled {
             return Ok(Notified::Dropped);
         }
         // Checked first, so that a bad id is an error, not a queue.
         self.inner.store.conversation(conversation).await?;
+        // A turn another instance runs delivers it with its next result.
+        if let Some(owner) = self.remote_turn_owner(conversation).await? {
+            let command = cluster::notify_command(conversation, event);
+            self.inner.cluster.send(owner, &command).await?;
+            return Ok(Notified::Queued);
+        }
+        self.notify_here(conversation, event).await
+    }
+
+    /// The instance running `conversation`'s turn, when it is another one.
+    async fn remote_turn_owner(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Option<toolwire_core::InstanceId>, EngineError> {
+        if !self.inner.cluster.shared() || self.is_running(conversation) {
+            return Ok(None);
+        }
+        let me = self.inner.instance.record().id;
+        Ok(self
+            .inner
+            .cluster
+            .turn_owner(conversation)
+            .await?
+            .filter(|owner| *owner != me))
+    }
+
+    /// [`Engine::notify`] for this instance's queues.
+    pub(crate) async fn notify_here(
+        &self,
+        conversation: ConversationId,
+        event: Incoming,
+    ) -> Result<Notified, EngineError> {
+        let settings = &self.inner.config.notifications;
+        if !settings.enabled {
+            return Ok(Notified::Dropped);
+        }
         let wake = settings.activation(event.source()) == Activation::Wake;
         let admission = self
             .inner
@@ -792,7 +890,36 @@ impl Engine {
         .await
     }
 
-    /// Cancels the running turn; says whether there was one.
+    /// Cancels the turn running in `conversation` on this instance or, on
+    /// a shared database, on the instance that runs it (asked through the
+    /// database); says whether a turn was running.
+    pub async fn cancel_anywhere(&self, conversation: ConversationId) -> Result<bool, EngineError> {
+        if self.cancel(conversation) {
+            return Ok(true);
+        }
+        let Some(owner) = self.remote_turn_owner(conversation).await? else {
+            return Ok(false);
+        };
+        self.inner
+            .cluster
+            .send(owner, &Command::Cancel { conversation })
+            .await?;
+        Ok(true)
+    }
+
+    /// Cancels every turn running on this instance; says how many.
+    pub(crate) fn cancel_all(&self) -> usize {
+        let Ok(active) = self.inner.active.lock() else {
+            return 0;
+        };
+        for turn in active.values() {
+            turn.cancel.cancel();
+        }
+        active.len()
+    }
+
+    /// Cancels the turn running here; says whether there was one. (A turn
+    /// another instance runs: [`Engine::cancel_anywhere`].)
     pub fn cancel(&self, conversation: ConversationId) -> bool {
         let active = self.inner.active.lock();
         match active.ok().as_ref().and_then(|a| a.get(&conversation)) {
@@ -835,7 +962,23 @@ impl Engine {
                 .await
             {
                 Ok(handle) => return Ok(Interjection::Started(handle)),
-                Err(EngineError::TurnInProgress(_)) if attempts < 8 => attempts += 1,
+                Err(EngineError::TurnInProgress(_)) if attempts < 8 => {
+                    attempts += 1;
+                    // Another instance's turn takes them.
+                    if let Some(owner) = self.remote_turn_owner(conversation).await? {
+                        let command = Command::Interject {
+                            conversation,
+                            text: text.to_owned(),
+                        };
+                        self.inner.cluster.send(owner, &command).await?;
+                        return Ok(Interjection::Queued);
+                    }
+                    if self.inner.cluster.shared() {
+                        // Its lease is taken and its run not stored yet
+                        // (or just finished): look again shortly.
+                        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -865,18 +1008,40 @@ impl Engine {
         self.model_for(&options)?;
         let run_id = RunId::new();
         let cancel = CancellationToken::new();
+        if self.inner.cluster.shared() {
+            // Another instance may run a turn here: the lease decides. An
+            // entry in `active` appears only under `editing` (held) or by
+            // a hand-over from an entry already there, so looking first
+            // and inserting after the lease leaves nothing between.
+            if self.is_running(conversation) {
+                return Err(EngineError::TurnInProgress(conversation));
+            }
+            if !self.inner.cluster.try_lease(conversation).await? {
+                return Err(EngineError::TurnInProgress(conversation));
+            }
+            // A run left unfinished here has lost its instance (no one
+            // else holds the lease): interrupted before the new turn.
+            if let Err(e) = cluster::recover_conversation(self, conversation).await {
+                self.release(conversation);
+                return Err(e);
+            }
+        }
         {
-            let mut active = self
-                .inner
-                .active
-                .lock()
-                .map_err(|_| EngineError::TurnInProgress(conversation))?;
+            let mut active = match self.inner.active.lock() {
+                Ok(active) => active,
+                Err(_) => {
+                    self.release(conversation);
+                    return Err(EngineError::TurnInProgress(conversation));
+                }
+            };
             if active.contains_key(&conversation) {
+                self.release(conversation);
                 return Err(EngineError::TurnInProgress(conversation));
             }
             // Under the lock, so that no turn starts once `shutdown` has
             // looked at what runs.
             if self.inner.stopping.is_stopping() {
+                self.release(conversation);
                 return Err(EngineError::ShuttingDown);
             }
             active.insert(
@@ -968,6 +1133,7 @@ impl Engine {
             Ok(mut active) => match active.get(&conversation) {
                 Some(turn) if turn.run_id == run_id && turn.interjections.is_empty() => {
                     active.remove(&conversation);
+                    self.release(conversation);
                     false
                 }
                 Some(turn) => turn.run_id == run_id,
@@ -1021,7 +1187,9 @@ impl Engine {
                 );
                 (words, true)
             } else {
-                active.remove(&conversation);
+                if active.remove(&conversation).is_some() {
+                    self.release(conversation);
+                }
                 (words, false)
             }
         };

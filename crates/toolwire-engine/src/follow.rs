@@ -106,6 +106,12 @@ impl Follower {
                 }
             }
             match self.rx.recv().await {
+                // A gap: events another instance stored reached this one's
+                // bus from a later point than this follow stands at (see
+                // `bus.rs`). The log has them all.
+                Ok(event) if self.anchored && event.seq > self.last_seq.saturating_add(1) => {
+                    self.backlog = true;
+                }
                 Ok(event) if event.seq > self.last_seq => {
                     self.last_seq = event.seq;
                     self.anchored = true;

@@ -17,7 +17,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use toolwire_core::{AgentEvent, InstanceId, StopReason};
-use toolwire_store::{InstanceRecord, Store, StoreError, UnfinishedRun};
+use toolwire_store::{InstanceRecord, RunRecord, Store, StoreError, UnfinishedRun};
 
 use crate::bus::EventBus;
 
@@ -122,6 +122,9 @@ pub(crate) enum Gone {
     Exited,
     /// No heartbeat for longer than the stale threshold.
     Silent,
+    /// Its lease on the conversation lapsed (its connection to the shared
+    /// database closed: the process died, or lost the database).
+    LeaseLapsed,
 }
 
 impl Gone {
@@ -131,6 +134,10 @@ impl Gone {
             Gone::Unknown => "the process running this turn stopped during it",
             Gone::EarlierProcess | Gone::Exited => "the process running this turn exited during it",
             Gone::Silent => "the process running this turn stopped sending heartbeats during it",
+            Gone::LeaseLapsed => {
+                "the instance running this turn lost its hold on the conversation during it \
+                 (it stopped, or lost its database connection)"
+            }
         }
     }
 }
@@ -205,30 +212,43 @@ pub(crate) async fn interrupt_orphaned_runs(
             }
             Owner::Gone(why) => why,
         };
-        // Another instance starting now may judge the same: the one that
-        // marks the run is the one that reports it.
-        if !store.interrupt_run(run.id).await? {
-            continue;
+        if interrupt(store, bus, run, why).await? {
+            interrupted.push(unfinished);
         }
-        tracing::warn!(run = %run.id, conversation = %run.conversation_id, owner = ?run.owner, reason = ?why, "a turn whose owner is gone was marked interrupted");
-        // Before any model request: a call left without a result would
-        // make every later request fail.
-        crate::recover::answer_open_calls(store, bus, run).await?;
-        bus.emit(
-            run.conversation_id,
-            AgentEvent::Stopped {
-                run_id: run.id,
-                reason: StopReason::Interrupted,
-                error: Some(why.explanation().into()),
-            },
-        )
-        .await?;
-        interrupted.push(unfinished);
     }
     if let Err(e) = store.forget_instances(now - FORGET_AFTER).await {
         tracing::warn!(error = %e, "could not forget long-silent instances");
     }
     Ok(interrupted)
+}
+
+/// Marks `run`, whose owner is gone (`why`), interrupted: its open calls
+/// answered and a `stopped` event stored. `false` when it had ended
+/// meanwhile or another instance marked it first: of several instances
+/// judging the same run, the one that marks it is the one that reports it.
+pub(crate) async fn interrupt(
+    store: &dyn Store,
+    bus: &EventBus,
+    run: &RunRecord,
+    why: Gone,
+) -> Result<bool, StoreError> {
+    if !store.interrupt_run(run.id).await? {
+        return Ok(false);
+    }
+    tracing::warn!(run = %run.id, conversation = %run.conversation_id, owner = ?run.owner, reason = ?why, "a turn whose owner is gone was marked interrupted");
+    // Before any model request: a call left without a result would make
+    // every later request fail.
+    crate::recover::answer_open_calls(store, bus, run).await?;
+    bus.emit(
+        run.conversation_id,
+        AgentEvent::Stopped {
+            run_id: run.id,
+            reason: StopReason::Interrupted,
+            error: Some(why.explanation().into()),
+        },
+    )
+    .await?;
+    Ok(true)
 }
 
 /// Where our pid names this process: the host name and, inside a PID

@@ -17,6 +17,12 @@
 //! output whatever the server does (`StreamLimits`, `max_step_*`); a panic
 //! in a turn ends it with an error and releases its conversation.
 //!
+//! Instances on one database act as one (`cluster.rs`): a turn runs only
+//! with its conversation's lease (never two turns in a conversation,
+//! whichever instances are asked), events another instance stores reach
+//! the followers here, and commands for a turn reach the instance that
+//! runs it.
+//!
 //! The engine owns every change to a conversation: front doors read the
 //! store, and write through [`Engine`] (turns; `fork`, `set_active_leaf`,
 //! `set_system_prompt`, refused while a turn runs, `edit.rs`; their own
@@ -29,6 +35,7 @@
 mod approval;
 mod bus;
 mod chosen_model;
+mod cluster;
 mod config;
 mod edit;
 mod engine;

@@ -434,3 +434,40 @@ async fn open_calls_of_an_interrupted_turn_are_answered_at_start() {
     let next = engine.run(conv.id, "and now?").await.unwrap();
     assert_eq!(next.reason, StopReason::EndTurn, "{:?}", next.error);
 }
+
+/// Two engines on one SQLite file (two processes, as far as the store
+/// knows: each its own store and leases file handle) never run two turns
+/// in one conversation: the second is refused while the first runs, and
+/// starts once it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_engines_on_one_file_never_run_two_turns_in_a_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    let a = Engine::start(
+        open(&url).await,
+        script(SLOW_CALL_THEN_ANSWER),
+        echo_tools(&["slow"], Duration::from_secs(1)),
+        EngineConfig::default(),
+    )
+    .await
+    .unwrap();
+    let b = start(open(&url).await, EngineConfig::default()).await;
+    let conv = a.create_conversation(None).await.unwrap();
+    let handle = a.send(conv.id, "go", None).await.unwrap();
+    let refused = b.send(conv.id, "me too", None).await;
+    assert!(
+        matches!(
+            refused,
+            Err(toolwire_engine::EngineError::TurnInProgress(_))
+        ),
+        "{refused:?}"
+    );
+    // Another conversation is not held up.
+    let other = b.create_conversation(None).await.unwrap();
+    let outcome = b.run(other.id, "elsewhere").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+
+    assert_eq!(handle.wait().await.reason, StopReason::EndTurn);
+    let outcome = b.run(conv.id, "now me").await.unwrap();
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+}

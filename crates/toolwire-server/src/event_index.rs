@@ -39,6 +39,17 @@ impl Observer for EventIndex {
             entry.run = Some((run_id, event.seq));
         }
     }
+
+    /// Another instance's events: the log stands further on. (Its runs
+    /// are found in the log when asked for.)
+    fn on_remote(&self, conversation: ConversationId, seq: u64) {
+        let Ok(mut map) = self.conversations.lock() else {
+            return;
+        };
+        if let Some(entry) = map.get_mut(&conversation) {
+            entry.last_seq = entry.last_seq.max(seq);
+        }
+    }
 }
 
 impl EventIndex {

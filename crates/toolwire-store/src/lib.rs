@@ -23,8 +23,10 @@
 //!
 //! **Entry points.** [`open`] (by URL: `sqlite://PATH`, `sqlite::memory:`
 //! or `postgres://…`), the [`StoreRead`] and [`Store`] traits,
-//! [`StoreError`], [`local_files`].
+//! [`StoreError`], [`local_files`], [`cluster::Cluster`] (instances on
+//! one database: leases, announcements, commands).
 
+pub mod cluster;
 mod content;
 mod migrate;
 mod postgres;
@@ -344,10 +346,18 @@ pub trait Store: StoreRead {
     /// message holds. Storing the same bytes again writes nothing (the
     /// first media type stays).
     async fn put_blob(&self, media_type: &str, bytes: &[u8]) -> Result<BlobRef>;
+
+    /// How instance `me` coordinates with the other instances on this
+    /// database ([`cluster`]): alone unless the backend is shared
+    /// (PostgreSQL), where it keeps a connection of its own.
+    async fn cluster(&self, me: InstanceId) -> Result<Arc<dyn cluster::Cluster>> {
+        let _ = me;
+        Ok(Arc::new(cluster::Alone))
+    }
 }
 
 /// The files the store at `url` keeps on disk: a SQLite database file and
-/// its `-wal`, `-shm` and `-journal` siblings (whether they exist yet or
+/// its `-wal`, `-shm`, `-journal` and `-leases` siblings (whether they exist yet or
 /// not), as named by the URL. None for an in-memory database, PostgreSQL,
 /// or a URL that does not parse.
 pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
@@ -355,7 +365,7 @@ pub fn local_files(url: &str) -> Vec<std::path::PathBuf> {
         return Vec::new();
     };
     let mut files = vec![file.clone()];
-    for suffix in ["-wal", "-shm", "-journal"] {
+    for suffix in ["-wal", "-shm", "-journal", "-leases"] {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
         files.push(name.into());

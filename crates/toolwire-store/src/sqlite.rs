@@ -38,6 +38,7 @@ use crate::{
     StoredEvent, UnfinishedRun,
 };
 
+mod leases;
 mod lines;
 mod location;
 mod migrate;
@@ -362,6 +363,16 @@ impl StoreRead for SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    /// Leases on a file beside the database (`leases.rs`), so that
+    /// processes sharing the file never run two turns in a conversation;
+    /// an in-memory database has one process.
+    async fn cluster(&self, _me: InstanceId) -> crate::Result<Arc<dyn crate::cluster::Cluster>> {
+        match &self.readers {
+            Some(readers) => Ok(Arc::new(leases::FileLeases::open(readers.file())?)),
+            None => Ok(Arc::new(crate::cluster::Alone)),
+        }
+    }
+
     async fn create_conversation(
         &self,
         system_prompt: &str,

@@ -388,19 +388,19 @@ async fn unknown_or_changed_migrations_are_refused() {
         migrate_as_sqlx_did(&db, &MIGRATIONS).await;
         db.batch_execute(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
-             execution_time) VALUES (9, 'from the future', TRUE, '\\x00', 1)",
+             execution_time) VALUES (99, 'from the future', TRUE, '\\x00', 1)",
         )
         .await
         .unwrap();
         let err = toolwire_store::open(&url).await.err().unwrap();
         assert!(
-            matches!(err, StoreError::Migration { version: 9, .. }),
+            matches!(err, StoreError::Migration { version: 99, .. }),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer"), "{err}");
 
         db.batch_execute(
-            "DELETE FROM _sqlx_migrations WHERE version = 9; \
+            "DELETE FROM _sqlx_migrations WHERE version = 99; \
              UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = 2",
         )
         .await

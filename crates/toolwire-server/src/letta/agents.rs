@@ -319,7 +319,7 @@ pub async fn delete(
 ) -> ApiResult<Json<Value>> {
     let _agent_lock = state.lock(&id).await;
     let agent = load(&state, &id).await?;
-    state.engine.cancel(agent.conversation_id);
+    state.engine.cancel_anywhere(agent.conversation_id).await?;
     state
         .engine
         .forget_conversation_options(agent.conversation_id);

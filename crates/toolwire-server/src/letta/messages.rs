@@ -624,7 +624,7 @@ pub async fn cancel(
     // Abandoning the pause starts a turn of the engine's own (a late
     // interjection may follow it): with the agent's options as they are now.
     refresh_options(&state, &agent).await?;
-    let running = state.engine.cancel(conversation);
+    let running = state.engine.cancel_anywhere(conversation).await?;
     let cleared = match state
         .engine
         .abandon_pending(conversation, "the user cancelled")

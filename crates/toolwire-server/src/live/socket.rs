@@ -393,7 +393,7 @@ async fn cancel(state: &AppState, conversation: ConversationId) -> ApiResult<()>
     // Ending the pause starts a turn of the engine's own: with the agent's
     // options as they are now.
     options::refresh(state, conversation).await?;
-    let running = state.engine.cancel(conversation);
+    let running = state.engine.cancel_anywhere(conversation).await?;
     match state
         .engine
         .abandon_pending(conversation, "the user cancelled")

@@ -12,11 +12,12 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-const MIGRATIONS: [Migration; 5] = [
+const MIGRATIONS: [Migration; 6] = [
     migration!("postgres", 1, "schema", "0001_schema.sql"),
     migration!("postgres", 2, "run owner", "0002_run_owner.sql"),
     migration!("postgres", 3, "documents", "0003_documents.sql"),
     migration!("postgres", 5, "blobs", "0005_blobs.sql"),
+    migration!("postgres", 9, "cluster commands", "0009_cluster_commands.sql"),
     migration!(
         "postgres",
         12,

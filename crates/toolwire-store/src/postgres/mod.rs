@@ -6,6 +6,7 @@
 //! SQLite backend, and so are the rows, read by position ([`rows`]); only
 //! the path query is this backend's own.
 
+mod cluster;
 mod migrate;
 mod pool;
 mod rows;
@@ -53,6 +54,9 @@ const PATH_TO: &str = concat!(
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    /// For the connection each instance keeps outside the pool
+    /// ([`cluster`]).
+    config: tokio_postgres::Config,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -67,14 +71,14 @@ impl std::fmt::Debug for PostgresStore {
 impl PostgresStore {
     /// Connects to the database at `url` and migrates it.
     pub async fn open(url: &str) -> Result<Self> {
-        let pool = pool::pool(url)?;
+        let (pool, config) = pool::pool(url)?;
         // Made now, so that a wrong URL fails here and not at first use.
         let mut client = pool
             .get()
             .await
             .map_err(|e| pool::first_connection_failed(e, url))?;
         migrate::run(&mut client).await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, config })
     }
 
     /// Closes the pool: connections in use close when their methods end,
@@ -366,6 +370,17 @@ impl StoreRead for PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    async fn cluster(&self, me: InstanceId) -> Result<std::sync::Arc<dyn crate::cluster::Cluster>> {
+        let mut config = self.config.clone();
+        // A dead server (or network) is noticed on the link, which holds
+        // the leases, within about a minute rather than hours.
+        config
+            .keepalives(true)
+            .keepalives_idle(std::time::Duration::from_secs(10));
+        let cluster = cluster::PgCluster::start(config, self.pool.clone(), me).await?;
+        Ok(std::sync::Arc::new(cluster))
+    }
+
     async fn create_conversation(
         &self,
         system_prompt: &str,

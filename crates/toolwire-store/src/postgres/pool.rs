@@ -22,13 +22,13 @@ const CONNECTION_WAIT: Duration = Duration::from_secs(30);
 
 /// A pool of (at most [`MAX_CONNECTIONS`]) connections to the database
 /// at `url`; none is made yet.
-pub(super) fn pool(url: &str) -> Result<Pool> {
+pub(super) fn pool(url: &str) -> Result<(Pool, tokio_postgres::Config)> {
     let config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl {
         url: redact_url(url),
         reason: redact_in(&describe(&e), url),
     })?;
     let manager = Manager::from_config(
-        config,
+        config.clone(),
         NoTls,
         ManagerConfig {
             // A connection that broke is not handed out again; one that
@@ -42,6 +42,7 @@ pub(super) fn pool(url: &str) -> Result<Pool> {
         .create_timeout(Some(CONNECTION_WAIT))
         .runtime(Runtime::Tokio1)
         .build()
+        .map(|pool| (pool, config))
         .map_err(|e| StoreError::Connection(e.to_string()))
 }
 
