@@ -480,6 +480,7 @@ async fn max_tokens_is_always_sent() {
         turn: 0,
         iteration: 1,
         images: Default::default(),
+        response_format: None,
     };
     for base in [
         "https://api.openai.com/v1",

@@ -69,6 +69,11 @@ pub struct ModelRequest {
     /// sees them (each provider writes them in its own format, or a text
     /// placeholder in their place).
     pub images: RequestImages,
+    /// The shape the answer must take, in OpenAI's `response_format`
+    /// form (`{"type": "json_schema", "json_schema": {name, schema,
+    /// strict}}` or `{"type": "json_object"}`); `None`: free text. Each
+    /// provider writes it in its own wire format, where it has one.
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// Why a model call failed.

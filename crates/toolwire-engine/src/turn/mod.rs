@@ -59,6 +59,9 @@ pub struct TurnOptions {
     /// The registry name of the model that answers (the default when
     /// `None`); a name the registry lacks is refused at the turn's start.
     pub model: Option<String>,
+    /// The shape the model's answers must take (see
+    /// `toolwire_providers::ModelRequest::response_format`).
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// How a turn ended.

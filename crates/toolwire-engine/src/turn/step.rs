@@ -284,6 +284,7 @@ impl<'a> Turn<'a> {
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
                 images: RequestImages::default(),
+                response_format: self.options.response_format.clone(),
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
@@ -292,6 +293,7 @@ impl<'a> Turn<'a> {
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
                 images: RequestImages::default(),
+                response_format: self.options.response_format.clone(),
             },
         }
     }

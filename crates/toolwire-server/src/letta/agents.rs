@@ -106,6 +106,7 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
             "parallel_tool_calls": false,
         })
     });
+    let last_stop_reason = super::runs::last_stop_reason(state, &agent.id).await?;
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
@@ -128,6 +129,7 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         "conversation_id": agent.conversation_id,
         "approvals": agent.approvals,
         "approval_timeout_seconds": agent.approval_timeout_seconds,
+        "last_stop_reason": last_stop_reason,
         "created_at": agent.created_at,
         "updated_at": agent.updated_at,
     }))

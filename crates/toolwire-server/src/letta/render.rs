@@ -29,6 +29,14 @@ pub fn run_id(id: RunId) -> String {
     format!("run-{}", id.0)
 }
 
+/// Letta's `otid` of the `index`th Letta message rendered from stored
+/// message `id`: the id's UUID with its last 7 bits set to the index, as
+/// Letta's server derives them (its clients check the suffix).
+pub fn otid(id: MessageId, index: usize) -> String {
+    let bits = (id.0.as_u128() & !0x7f) | (index as u128 & 0x7f);
+    uuid::Uuid::from_u128(bits).to_string()
+}
+
 fn base(kind: &str, id: MessageId, date: DateTime<Utc>, run: Option<RunId>) -> Value {
     json!({
         "id": message_id(id),
@@ -214,7 +222,49 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
             json!({"content": block}),
         ));
     }
+    for (i, item) in out.iter_mut().enumerate() {
+        item["otid"] = json!(otid(id, i));
+    }
     out
+}
+
+/// The Letta messages of a branch (oldest first): each message's
+/// [`history`], with the results of one step's calls (consecutive tool
+/// messages) as one `tool_return_message` carrying them all in
+/// `tool_returns`, as Letta's server shows a step's parallel results.
+pub fn history_of<'a>(
+    path: impl IntoIterator<Item = &'a Message>,
+    approvals: &Approvals,
+) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut open_group: Option<usize> = None;
+    for m in path {
+        let items = history(m, approvals);
+        if m.role != Role::Tool {
+            open_group = None;
+            out.extend(items);
+            continue;
+        }
+        for item in items {
+            let is_return = item["message_type"] == "tool_return_message";
+            match open_group {
+                Some(at) if is_return => merge_returns(&mut out[at], &item),
+                _ => {
+                    out.push(item);
+                    open_group = is_return.then(|| out.len() - 1);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Adds the `tool_returns` of `more` to the group `into`.
+fn merge_returns(into: &mut Value, more: &Value) {
+    let extra = more["tool_returns"].as_array().cloned().unwrap_or_default();
+    if let Some(list) = into["tool_returns"].as_array_mut() {
+        list.extend(extra);
+    }
 }
 
 /// `text` with a line naming each image (Letta's messages here carry
@@ -292,6 +342,11 @@ pub struct LiveRenderer {
     step_message: Option<MessageId>,
     /// Streamed calls: their message type.
     call_kinds: HashMap<String, &'static str>,
+    /// The step message's Letta parts so far, by kind: their otid index.
+    parts: HashMap<String, usize>,
+    /// The step's tool results not sent yet: sent as one message once
+    /// the step's calls are done (the next event that is not a call's).
+    returns: Option<Value>,
     steps: u32,
     usage: Usage,
 }
@@ -311,13 +366,30 @@ impl LiveRenderer {
             gated,
             step_message: None,
             call_kinds: HashMap::new(),
+            parts: HashMap::new(),
+            returns: None,
             steps: 0,
             usage: Usage::default(),
         }
     }
 
-    fn now_base(&self, kind: &str, id: MessageId) -> Value {
-        base(kind, id, Utc::now(), Some(self.run))
+    fn now_base(&mut self, kind: &str, id: MessageId) -> Value {
+        let mut value = base(kind, id, Utc::now(), Some(self.run));
+        value["otid"] = json!(otid(id, self.part(kind)));
+        value
+    }
+
+    /// The otid index of the step message's part `kind`.
+    fn part(&mut self, kind: &str) -> usize {
+        let next = self.parts.len();
+        *self.parts.entry(kind.to_owned()).or_insert(next)
+    }
+
+    /// `value` (a part of the step message `id`) with its otid.
+    fn with_otid(&mut self, mut value: Value, id: MessageId) -> Value {
+        let kind = value["message_type"].as_str().unwrap_or("").to_owned();
+        value["otid"] = json!(otid(id, self.part(&kind)));
+        value
     }
 
     /// The Letta messages for `event` (none for most), and the run's end
@@ -328,9 +400,20 @@ impl LiveRenderer {
         }
         let mut out = Vec::new();
         let run = Some(self.run);
+        let of_a_call = matches!(
+            event,
+            AgentEvent::ToolExecutionStarted { .. }
+                | AgentEvent::ToolExecutionProgress { .. }
+                | AgentEvent::ToolExecutionCompleted { .. }
+                | AgentEvent::ToolExecutionFailed { .. }
+        );
+        if !of_a_call {
+            out.extend(self.returns.take());
+        }
         match event {
             AgentEvent::StepStarted { message_id, .. } => {
                 self.step_message = Some(*message_id);
+                self.parts.clear();
                 self.steps += 1;
             }
             AgentEvent::ReasoningDelta { text, .. } if self.stream_tokens => {
@@ -388,20 +471,18 @@ impl LiveRenderer {
                     .retain(|b| !matches!(b, ContentBlock::ToolUse { .. }));
                 for mut m in history(&text_only, &Approvals::default()) {
                     m["run_id"] = json!(run_id(self.run));
-                    out.push(m);
+                    out.push(self.with_otid(m, message.id));
                 }
             }
             AgentEvent::ToolCallsGenerated {
                 message_id, calls, ..
             } if !self.stream_tokens => {
                 let refs: Vec<&ToolCall> = calls.iter().collect();
-                out.extend(calls_message(
-                    "tool_call_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &refs,
-                ));
+                if let Some(m) =
+                    calls_message("tool_call_message", *message_id, Utc::now(), run, &refs)
+                {
+                    out.push(self.with_otid(m, *message_id));
+                }
             }
             AgentEvent::ApprovalRequested {
                 message_id, calls, ..
@@ -413,24 +494,22 @@ impl LiveRenderer {
                         .map(|c| &c.call)
                         .collect()
                 };
-                out.extend(calls_message(
-                    "tool_call_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &of(false),
-                ));
-                out.extend(calls_message(
-                    "approval_request_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &of(true),
-                ));
+                for kind in ["tool_call_message", "approval_request_message"] {
+                    let calls = of(kind == "approval_request_message");
+                    if let Some(m) = calls_message(kind, *message_id, Utc::now(), run, &calls) {
+                        out.push(self.with_otid(m, *message_id));
+                    }
+                }
             }
             AgentEvent::ToolExecutionCompleted { message, .. }
             | AgentEvent::ToolExecutionFailed { message, .. } => {
-                out.extend(tool_returns(message, run));
+                for mut m in tool_returns(message, run) {
+                    m["otid"] = json!(otid(message.id, 0));
+                    match &mut self.returns {
+                        Some(group) => merge_returns(group, &m),
+                        None => self.returns = Some(m),
+                    }
+                }
             }
             AgentEvent::NotificationsInjected {
                 message_id, text, ..
@@ -441,7 +520,7 @@ impl LiveRenderer {
             AgentEvent::FinalResponse { usage, .. } => self.usage = *usage,
             AgentEvent::Stopped { reason, error, .. } => {
                 return (
-                    Vec::new(),
+                    out,
                     Some(RunEnd {
                         reason: *reason,
                         error: error.clone(),
