@@ -107,6 +107,7 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         })
     });
     let last_stop_reason = super::runs::last_stop_reason(state, &agent.id).await?;
+    let pending_approval = super::runs::pending_approval(state, agent.conversation_id).await?;
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
@@ -130,6 +131,7 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         "approvals": agent.approvals,
         "approval_timeout_seconds": agent.approval_timeout_seconds,
         "last_stop_reason": last_stop_reason,
+        "pending_approval": pending_approval,
         "created_at": agent.created_at,
         "updated_at": agent.updated_at,
     }))

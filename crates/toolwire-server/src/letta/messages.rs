@@ -370,6 +370,7 @@ async fn start(
             })?;
         images.push(ContentBlock::Image(image));
     }
+    let mut expect: Vec<String> = Vec::new();
     let handle = if !images.is_empty() {
         let mut content = Vec::with_capacity(images.len() + 1);
         if let Some(text) = then {
@@ -383,6 +384,13 @@ async fn start(
                 .await?,
         )
     } else if !asked.decisions.is_empty() {
+        // The paused step's calls: their results come first.
+        expect = state
+            .engine
+            .pending_approval(conversation)
+            .await?
+            .map(|p| p.calls.iter().map(|c| c.call.id.0.clone()).collect())
+            .unwrap_or_default();
         match state
             .engine
             .respond(conversation, asked.decisions, then, options)
@@ -414,6 +422,7 @@ async fn start(
                 stream_tokens,
                 gated: gated.iter().cloned().collect(),
                 after_seq,
+                expect: expect.clone(),
                 created_at: chrono::Utc::now(),
             };
             runs::record(state, &doc).await?;
@@ -424,9 +433,11 @@ async fn start(
         }
         None => None,
     };
-    let renderer = handle
-        .as_ref()
-        .map(|h| LiveRenderer::new(h.run_id, stream_tokens, gated));
+    let renderer = handle.as_ref().map(|h| {
+        let mut renderer = LiveRenderer::new(h.run_id, stream_tokens, gated);
+        renderer.expect_calls(expect);
+        renderer
+    });
     Ok(Started {
         doc,
         handle,

@@ -109,6 +109,13 @@ impl Approvals {
     }
 }
 
+/// The id of the answers to the calls of message `id`: Letta stores them
+/// as a message of their own, after the request, so that a history read
+/// `after` the request starts with them.
+fn approval_response_id(id: MessageId) -> MessageId {
+    MessageId(uuid::Uuid::new_v5(&id.0, b"approval_response"))
+}
+
 /// Letta's `approval_response_message` for answers to message `id`.
 fn approval_response(
     id: MessageId,
@@ -132,13 +139,22 @@ fn approval_response(
             }),
         })
         .collect();
-    with(
+    // Letta's older single-answer fields: the first answer's, its call as
+    // the request's id.
+    let first = approvals.first();
+    let mut value = with(
         base("approval_response_message", id, date, run),
         json!({
             "approvals": approvals,
-            "approval_request_id": message_id(id),
+            "approval_request_id": first.and_then(|a| a.get("tool_call_id")),
+            "approve": first.and_then(|a| a.get("approve")),
+            "reason": first.and_then(|a| a.get("reason")),
         }),
-    )
+    );
+    let own = approval_response_id(id);
+    value["id"] = json!(message_id(own));
+    value["otid"] = json!(otid(own, 0));
+    value
 }
 
 /// The Letta messages of stored message `m`. Calls that waited (or wait)
@@ -223,7 +239,9 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
         ));
     }
     for (i, item) in out.iter_mut().enumerate() {
-        item["otid"] = json!(otid(id, i));
+        if item.get("otid").is_none() {
+            item["otid"] = json!(otid(id, i));
+        }
     }
     out
 }
@@ -345,10 +363,16 @@ pub struct LiveRenderer {
     /// The step message's Letta parts so far, by kind: their otid index.
     parts: HashMap<String, usize>,
     /// The step's tool results not sent yet: sent as one message once
-    /// the step's calls are done (the next event that is not a call's).
+    /// every call of the step has its result (or at the next event that
+    /// is not a call's, when the step's calls are not known).
     returns: Option<Value>,
+    /// The step's calls still without a result.
+    expected: HashSet<String>,
     steps: u32,
     usage: Usage,
+    /// The usage of the run's stored model calls, summed: what a run that
+    /// ends without a final response (cancelled, failed) used.
+    steps_usage: Usage,
 }
 
 /// What a run came to, once its `stopped` event is rendered.
@@ -368,9 +392,18 @@ impl LiveRenderer {
             call_kinds: HashMap::new(),
             parts: HashMap::new(),
             returns: None,
+            expected: HashSet::new(),
             steps: 0,
             usage: Usage::default(),
+            steps_usage: Usage::default(),
         }
+    }
+
+    /// The calls whose results come first in this run (those of the
+    /// paused step it goes on with): their results are sent as one
+    /// message as soon as all are in.
+    pub fn expect_calls(&mut self, calls: impl IntoIterator<Item = String>) {
+        self.expected.extend(calls);
     }
 
     fn now_base(&mut self, kind: &str, id: MessageId) -> Value {
@@ -409,6 +442,23 @@ impl LiveRenderer {
         );
         if !of_a_call {
             out.extend(self.returns.take());
+        }
+        match event {
+            AgentEvent::ToolCallsGenerated { calls, .. } => {
+                self.expected = calls.iter().map(|c| c.id.0.clone()).collect();
+            }
+            AgentEvent::ApprovalRequested { calls, .. } => {
+                self.expected = calls.iter().map(|c| c.call.id.0.clone()).collect();
+            }
+            _ => {}
+        }
+        if let AgentEvent::AssistantMessageCreated { message, .. } = event
+            && let Some(u) = message.usage
+        {
+            self.steps_usage.prompt_tokens += u.prompt_tokens;
+            self.steps_usage.completion_tokens += u.completion_tokens;
+            self.steps_usage.cached_tokens += u.cached_tokens;
+            self.steps_usage.cache_write_tokens += u.cache_write_tokens;
         }
         match event {
             AgentEvent::StepStarted { message_id, .. } => {
@@ -501,14 +551,22 @@ impl LiveRenderer {
                     }
                 }
             }
-            AgentEvent::ToolExecutionCompleted { message, .. }
-            | AgentEvent::ToolExecutionFailed { message, .. } => {
+            AgentEvent::ToolExecutionCompleted {
+                message, call_id, ..
+            }
+            | AgentEvent::ToolExecutionFailed {
+                message, call_id, ..
+            } => {
                 for mut m in tool_returns(message, run) {
                     m["otid"] = json!(otid(message.id, 0));
                     match &mut self.returns {
                         Some(group) => merge_returns(group, &m),
                         None => self.returns = Some(m),
                     }
+                }
+                // The step's last result: the group goes now.
+                if self.expected.remove(&call_id.0) && self.expected.is_empty() {
+                    out.extend(self.returns.take());
                 }
             }
             AgentEvent::NotificationsInjected {
@@ -535,10 +593,12 @@ impl LiveRenderer {
     /// The closing messages of a run: an error (if it failed), the stop
     /// reason, the usage.
     pub fn closing(&self, end: &RunEnd, usage: Usage) -> Vec<Value> {
-        let usage = if usage == Usage::default() {
+        let usage = if usage != Usage::default() {
+            usage
+        } else if self.usage != Usage::default() {
             self.usage
         } else {
-            usage
+            self.steps_usage
         };
         let mut out = Vec::new();
         if let (

@@ -66,6 +66,10 @@ pub struct RunDoc {
     /// The conversation's last event before the run: its events follow.
     #[serde(default)]
     pub after_seq: u64,
+    /// The calls of the paused step the run goes on with (an answer's
+    /// run): their results are sent together once all are in.
+    #[serde(default)]
+    pub expect: Vec<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -241,6 +245,24 @@ pub async fn last_stop_reason(state: &AppState, agent_id: &str) -> ApiResult<Opt
         Err(toolwire_store::StoreError::RunNotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The agent's open pause as Letta's `pending_approval`: the
+/// `approval_request_message` of the calls that wait, or null.
+pub async fn pending_approval(state: &AppState, conversation: ConversationId) -> ApiResult<Value> {
+    let Some(pending) = state.engine.pending_approval(conversation).await? else {
+        return Ok(Value::Null);
+    };
+    let message = state.store().message(pending.message_id).await?;
+    let approvals = render::Approvals::new(Some(&pending), Vec::new());
+    Ok(render::history(&message, &approvals)
+        .into_iter()
+        .find(|m| m["message_type"] == "approval_request_message")
+        .map(|mut m| {
+            m["run_id"] = json!(render::run_id(pending.run_id));
+            m
+        })
+        .unwrap_or(Value::Null))
 }
 
 /// The run, its record and what this door kept of it; 404 in Letta's
@@ -611,7 +633,10 @@ pub async fn replay(
         None => (false, HashSet::new()),
     };
     let follower = state.engine.follow_after(record.conversation_id, after);
-    let renderer = LiveRenderer::new(record.id, stream_tokens, gated);
+    let mut renderer = LiveRenderer::new(record.id, stream_tokens, gated);
+    if let Some(doc) = &doc {
+        renderer.expect_calls(doc.expect.iter().cloned());
+    }
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(pump_log(
         state.clone(),
