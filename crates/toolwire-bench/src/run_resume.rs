@@ -31,7 +31,10 @@ pub struct Options {
 
 /// Reads an SSE response: each `data:` JSON object, until `[DONE]` or
 /// until `stop_after` objects were read (then the connection is dropped).
-async fn read_sse(response: reqwest::Response, stop_after: Option<usize>) -> Result<(Vec<Value>, bool)> {
+async fn read_sse(
+    response: reqwest::Response,
+    stop_after: Option<usize>,
+) -> Result<(Vec<Value>, bool)> {
     let mut body = response.bytes_stream();
     let mut buffer = Vec::new();
     let mut out = Vec::new();
@@ -139,11 +142,15 @@ pub async fn run_resume(options: Options) -> Result<()> {
     let lost = expected.iter().filter(|s| !got.contains(s)).count();
     let repeated = got.len() - got.iter().collect::<std::collections::HashSet<_>>().len();
     let in_order = got.windows(2).all(|w| w[0] < w[1]) && got == expected;
-    let same_messages = first.iter().chain(rest.iter()).zip(whole.iter()).all(|(a, b)| {
-        a["seq_id"] == b["seq_id"]
-            && a["message_type"] == b["message_type"]
-            && a["content"] == b["content"]
-    });
+    let same_messages = first
+        .iter()
+        .chain(rest.iter())
+        .zip(whole.iter())
+        .all(|(a, b)| {
+            a["seq_id"] == b["seq_id"]
+                && a["message_type"] == b["message_type"]
+                && a["content"] == b["content"]
+        });
 
     let mut replays = Vec::with_capacity(options.replays);
     for _ in 0..options.replays {
@@ -168,7 +175,11 @@ pub async fn run_resume(options: Options) -> Result<()> {
         options.events,
         first.len(),
         left_at.as_millis(),
-        if running_when_left { "still running" } else { "already ended" }
+        if running_when_left {
+            "still running"
+        } else {
+            "already ended"
+        }
     );
     println!(
         "stream messages        {} (seq_id 1..{})",
@@ -182,7 +193,10 @@ pub async fn run_resume(options: Options) -> Result<()> {
     );
     println!("events lost            {lost}");
     println!("events repeated        {repeated}");
-    println!("in order, as replayed  {}", in_order && same_messages && whole_done);
+    println!(
+        "in order, as replayed  {}",
+        in_order && same_messages && whole_done
+    );
     println!("run wall time          {} ms", run_took.as_millis());
     summary("full replay", &replays);
     if let Some(p50) = replays.get(replays.len() / 2) {

@@ -17,10 +17,10 @@
 //! This module only dispatches; each door keeps its own handlers.
 
 use axum::Json;
+use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -126,11 +126,9 @@ async fn messages(
             .into_response());
     }
     let q: letta::ListQuery = query(raw.as_deref())?;
-    Ok(
-        letta::messages(&state, &id, q.agent_id.as_deref(), &q.page)
-            .await?
-            .into_response(),
-    )
+    Ok(letta::messages(&state, &id, q.agent_id.as_deref(), &q.page)
+        .await?
+        .into_response())
 }
 
 async fn send(

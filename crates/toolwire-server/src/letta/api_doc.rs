@@ -115,11 +115,7 @@ pub(crate) fn amend(paths: &mut Map<String, Value>) {
             json!({"type": "string"}),
             "Runs of this conversation",
         ),
-        param(
-            "active",
-            json!({"type": "boolean"}),
-            "Only running runs",
-        ),
+        param("active", json!({"type": "boolean"}), "Only running runs"),
     ];
     let mut list_params = page_params();
     list_params.extend(run_filters);
@@ -319,7 +315,9 @@ fn amend_shared(paths: &mut Map<String, Value>) {
         .get_mut("/v1/conversations")
         .and_then(|p| p.get_mut("get"))
     {
-        op["summary"] = json!("List conversations: the live view's object, or with any of Letta's parameters Letta's array");
+        op["summary"] = json!(
+            "List conversations: the live view's object, or with any of Letta's parameters Letta's array"
+        );
         op["responses"]["200"]["content"]["application/json"]["schema"] = json!({"anyOf": [
             schema_ref("ConversationList"),
             {"type": "array", "items": schema_ref("LettaConversation")},
@@ -337,7 +335,9 @@ fn amend_shared(paths: &mut Map<String, Value>) {
         .get_mut("/v1/conversations")
         .and_then(|p| p.get_mut("post"))
     {
-        op["summary"] = json!("Create a conversation: the live view's (201), or with ?agent_id= one more of the agent's (200, Letta's Conversation)");
+        op["summary"] = json!(
+            "Create a conversation: the live view's (201), or with ?agent_id= one more of the agent's (200, Letta's Conversation)"
+        );
         op["responses"]["200"] = json!({"description": "Letta's create", "content": json_content(schema_ref("LettaConversation"))});
         op["requestBody"]["content"]["application/json"]["schema"] = json!({"anyOf": [
             schema_ref("ConversationCreate"),
@@ -355,7 +355,9 @@ fn amend_shared(paths: &mut Map<String, Value>) {
         .get_mut("/v1/conversations/{conversation_id}/messages")
         .and_then(|p| p.get_mut("get"))
     {
-        op["summary"] = json!("With ?ids=: several messages whole (the live view); without: the active branch as Letta's messages");
+        op["summary"] = json!(
+            "With ?ids=: several messages whole (the live view); without: the active branch as Letta's messages"
+        );
         op["responses"]["200"]["content"]["application/json"]["schema"] = json!({"anyOf": [
             schema_ref("MessageViewList"),
             schema_ref("MessageList"),
@@ -378,7 +380,9 @@ fn amend_shared(paths: &mut Map<String, Value>) {
         .get_mut("/v1/conversations/{conversation_id}/messages")
         .and_then(|p| p.get_mut("post"))
     {
-        op["summary"] = json!("Send: {text} starts a turn (202, the live view); Letta's body runs the owning agent's turn here, streamed unless streaming: false");
+        op["summary"] = json!(
+            "Send: {text} starts a turn (202, the live view); Letta's body runs the owning agent's turn here, streamed unless streaming: false"
+        );
         op["requestBody"]["content"]["application/json"]["schema"] = json!({"anyOf": [
             schema_ref("SendRequest"),
             schema_ref("LettaRequest"),

@@ -24,10 +24,7 @@ use crate::state::AppState;
 pub fn parse(text: &str) -> ApiResult<ConversationId> {
     let uuid = text.strip_prefix("conv-").unwrap_or(text);
     uuid.parse().map_err(|_| {
-        ApiError::not_found(
-            "conversation",
-            &text.chars().take(64).collect::<String>(),
-        )
+        ApiError::not_found("conversation", &text.chars().take(64).collect::<String>())
     })
 }
 

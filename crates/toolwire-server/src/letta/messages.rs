@@ -25,8 +25,8 @@ use crate::agents::{self, AgentRecord, approvals};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
 use crate::letta::page::PageQuery;
-use crate::letta::runs;
 use crate::letta::render::{self, LiveRenderer, RunEnd};
+use crate::letta::runs;
 use crate::state::AppState;
 
 /// A tool the client runs, declared per request.
@@ -320,7 +320,11 @@ async fn start(
     let agent = agents::load(state, agent_id).await?;
     let conversation = conversation.unwrap_or(agent.conversation_id);
     let mut asked = read_request(req)?;
-    let after_seq = state.live.index.last_seq(&state.engine, conversation).await?;
+    let after_seq = state
+        .live
+        .index
+        .last_seq(&state.engine, conversation)
+        .await?;
     let options = options(state, &agent, req).await?;
     let mut gated: HashSet<String> = options.require_approval.clone();
     gated.extend(options.client_tools.iter().map(|c| c.name.clone()));

@@ -323,7 +323,9 @@ fn run_messages(events: &[AgentEvent]) -> Vec<Message> {
     let mut seen: HashSet<MessageId> = HashSet::new();
     for event in events {
         let message = match event {
-            AgentEvent::TurnStarted { message, .. } if message.role == toolwire_core::Role::User => {
+            AgentEvent::TurnStarted { message, .. }
+                if message.role == toolwire_core::Role::User =>
+            {
                 message
             }
             AgentEvent::AssistantMessageCreated { message, .. }
@@ -484,7 +486,10 @@ fn usage_of(events: &[AgentEvent]) -> (Usage, u32) {
 }
 
 /// `GET /v1/runs/{id}/usage`.
-pub async fn usage(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn usage(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     let (record, doc) = load(&state, &id).await?;
     let events = events(&state, &record, doc.as_ref()).await?;
     let (usage, _) = usage_of(&events);
@@ -591,7 +596,15 @@ pub async fn stream_of(state: AppState, run: RunId, req: StreamRequest) -> ApiRe
         .include_pings
         .unwrap_or(false)
         .then_some(state.settings.ping_interval);
-    let rx = replay(&state, record, doc, req.starting_after.unwrap_or(0), None, ping).await?;
+    let rx = replay(
+        &state,
+        record,
+        doc,
+        req.starting_after.unwrap_or(0),
+        None,
+        ping,
+    )
+    .await?;
     Ok(sse(rx))
 }
 
@@ -785,8 +798,8 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (record, doc) = load(&state, &id).await?;
-    let cancelled = record.stop_reason.is_none()
-        && state.engine.cancel_run(record.conversation_id, record.id);
+    let cancelled =
+        record.stop_reason.is_none() && state.engine.cancel_run(record.conversation_id, record.id);
     let record = state.store().run(record.id).await?;
     let mut run = run_json(&state, &record, doc.as_ref()).await?;
     run["cancelled"] = json!(cancelled);
