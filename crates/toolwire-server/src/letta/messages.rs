@@ -395,13 +395,14 @@ async fn start(
             .await?
             .map(|p| p.calls.iter().map(|c| c.call.id.0.clone()).collect())
             .unwrap_or_default();
+        let retry = (then.clone(), options.clone());
         match state
             .engine
             .respond(conversation, asked.decisions, then, options)
             .await?
         {
             Responded::Started(handle) => Some(handle),
-            Responded::AlreadyApplied => None,
+            Responded::AlreadyApplied => keep_alive(state, conversation, retry).await?,
         }
     } else if let Some(text) = then {
         Some(
@@ -452,6 +453,33 @@ async fn start(
             .as_ref()
             .map(|t| t.iter().cloned().collect()),
     })
+}
+
+/// What a turn is asked to go on with when an answer that was applied
+/// already comes again after its turn stopped short (Letta's text).
+const KEEP_ALIVE: &str = "<system-alert>Automated keep-alive ping. Ignore this message and \
+                          continue from where you stopped.</system-alert>";
+
+/// Answers applied before, sent again: if the turn that applied them
+/// stopped before the model answered their results (it was cancelled or
+/// cut), a turn goes on from them, with the request's own message or a
+/// keep-alive one, as Letta's server does; otherwise nothing runs.
+async fn keep_alive(
+    state: &AppState,
+    conversation: ConversationId,
+    (then, options): (Option<String>, TurnOptions),
+) -> ApiResult<Option<TurnHandle>> {
+    let leaf = state.store().conversation(conversation).await?.active_leaf;
+    if state.store().message(leaf).await?.role != toolwire_core::Role::Tool {
+        return Ok(None);
+    }
+    let text = then.unwrap_or_else(|| KEEP_ALIVE.to_owned());
+    Ok(Some(
+        state
+            .engine
+            .send_with(conversation, &text, None, options)
+            .await?,
+    ))
 }
 
 /// Runs the started run to its end, sending each Letta message to `tx`

@@ -274,3 +274,37 @@ def test_letta_conversations_beside_the_live_views(serve):
         missing = http.get(f"/v1/conversations/conv-{uuid.uuid4()}")
         assert missing.status_code == 404 and "detail" in missing.json()
         assert http.get("/v1/conversations/nonsense").status_code == 404
+
+
+
+
+def test_an_answer_sent_again_after_its_run_was_cancelled_goes_on(serve):
+    client = serve("keep_alive.yaml").client()
+    agent = client.agents.create(name="keep", include_base_tools=False)
+    tool = {"name": "get_code", "description": "The code.",
+            "parameters": {"type": "object", "properties": {}}}
+    first = client.agents.messages.create(agent.id, input="What is the code?", client_tools=[tool])
+    assert first.stop_reason.stop_reason == "requires_approval"
+    answer = {"type": "approval", "approvals": [
+        {"type": "tool", "tool_call_id": "call_code_1", "tool_return": "42", "status": "success"}]}
+    stream = client.agents.messages.create(
+        agent.id, messages=[answer], client_tools=[tool], streaming=True, stream_tokens=True
+    )
+    seen = []
+    for chunk in stream:
+        seen.append(chunk)
+        if len(seen) == 1:
+            client.agents.messages.cancel(agent.id)
+    assert seen[0].message_type == "tool_return_message"
+    assert [c.stop_reason for c in of_type(seen, "stop_reason")] == ["cancelled"]
+    # The same answer again: the turn goes on from the results, with
+    # Letta's keep-alive message; the tool is not asked again.
+    again = client.agents.messages.create(agent.id, messages=[answer], client_tools=[tool])
+    assert again.stop_reason.stop_reason == "end_turn"
+    assert again.messages[-1].content == "Going on from the results."
+    history = collect(client.agents.messages.list(agent.id, order="asc"))
+    assert "keep-alive" in of_type(history, "user_message")[-1].content
+    assert len(of_type(history, "tool_return_message")) == 1
+    # Once it answered, the same answer again runs nothing.
+    third = client.agents.messages.create(agent.id, messages=[answer], client_tools=[tool])
+    assert third.messages == []
