@@ -11,8 +11,8 @@
 //!   live view's (`{"title"}`, 201);
 //! - `GET /v1/conversations/{id}/messages`: the live view's batch with
 //!   `?ids=`, else Letta's list;
-//! - `POST /v1/conversations/{id}/messages`: the live view's send for a
-//!   body with `text`, else Letta's (`messages` / `input`).
+//! - `POST /v1/conversations/{id}/messages`: Letta's for a body with
+//!   `messages` or `input`, else the live view's (`text`, …).
 //!
 //! This module only dispatches; each door keeps its own handlers.
 
@@ -137,7 +137,9 @@ async fn send(
     Query(q): Query<AgentQuery>,
     Body(value): Body<Value>,
 ) -> ApiResult<Response> {
-    if value.get("text").is_some() {
+    // Letta's body has `messages` or `input`; anything else is the live
+    // view's (`text`, `parent_id`, `model`, …), whose errors name its fields.
+    if value.get("messages").is_none() && value.get("input").is_none() {
         return live::send(State(state), Path(id), Body(body(value)?)).await;
     }
     letta::send(state, &id, q.agent_id.as_deref(), body(value)?).await
