@@ -25,6 +25,10 @@
 //!   SQLite file while the clients retry what was refused or cut; checks
 //!   that every message answered as accepted is stored exactly once (see
 //!   `shutdown_load.rs`).
+//! * `run-resume`: the real `toolwire serve`: a background run's stream
+//!   left by its client halfway and resumed after its last `seq_id`;
+//!   checks that nothing was lost or repeated and times full replays
+//!   (see `run_resume.rs`).
 //! * `slowloris`: N connections sending headers a byte at a time; reports
 //!   when the server closed them and whether ordinary requests still get
 //!   through (see `slowloris.rs`).
@@ -32,6 +36,7 @@
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
 
+mod run_resume;
 mod serve_load;
 mod shutdown_load;
 mod slowloris;
@@ -158,6 +163,22 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// A background run's stream on `toolwire serve`, left by its client
+    /// halfway and resumed after its last seq_id; then full replays timed.
+    RunResume {
+        /// The toolwire binary (default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        /// Text events of the run (one streamed message each).
+        #[arg(long, default_value_t = 10_000)]
+        events: usize,
+        /// Milliseconds between chunks of the model's stream.
+        #[arg(long, default_value_t = 10)]
+        delay_ms: u64,
+        /// Full replays of the finished run to time.
+        #[arg(long, default_value_t = 20)]
+        replays: usize,
+    },
     /// Opens N connections to `toolwire serve` that send their headers one
     /// byte at a time; reports when the server closes them.
     Slowloris {
@@ -274,6 +295,20 @@ async fn main() -> Result<()> {
                 grace_secs,
                 max_retry_wait: Duration::from_millis(max_retry_wait_ms),
                 timeout: Duration::from_secs(timeout),
+            })
+            .await
+        }
+        Command::RunResume {
+            toolwire,
+            events,
+            delay_ms,
+            replays,
+        } => {
+            run_resume::run_resume(run_resume::Options {
+                toolwire,
+                events,
+                delay_ms,
+                replays,
             })
             .await
         }

@@ -113,6 +113,7 @@ async fn request(store: &dyn Store, leaf: MessageId) -> ModelRequest {
             vision: true,
             bytes,
         },
+        response_format: None,
     }
 }
 

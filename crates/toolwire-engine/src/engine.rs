@@ -931,6 +931,19 @@ impl Engine {
         }
     }
 
+    /// Cancels run `run` if it is the turn running in `conversation`;
+    /// says whether it was (another run, or none, is left alone).
+    pub fn cancel_run(&self, conversation: ConversationId, run: RunId) -> bool {
+        let active = self.inner.active.lock();
+        match active.ok().as_ref().and_then(|a| a.get(&conversation)) {
+            Some(turn) if turn.run_id == run => {
+                turn.cancel.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A user message sent while a turn runs is queued for it; with no turn
     /// running it starts one, with the conversation's options (see
     /// [`Engine::set_conversation_options`]). Nothing is lost in between:

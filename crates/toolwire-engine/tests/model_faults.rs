@@ -481,6 +481,7 @@ async fn max_tokens_is_always_sent() {
         iteration: 1,
         images: Default::default(),
         reasoning_effort: None,
+        response_format: None,
     };
     for base in [
         "https://api.openai.com/v1",

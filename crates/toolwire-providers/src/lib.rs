@@ -72,6 +72,11 @@ pub struct ModelRequest {
     /// How hard a reasoning model thinks (`None`: the provider's default);
     /// each provider writes it in its own field.
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// The shape the answer must take, in OpenAI's `response_format`
+    /// form (`{"type": "json_schema", "json_schema": {name, schema,
+    /// strict}}` or `{"type": "json_object"}`); `None`: free text. Each
+    /// provider writes it in its own wire format, where it has one.
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// How hard a reasoning model thinks before it answers: OpenAI's
@@ -268,6 +273,7 @@ mod reasoning_tests {
             iteration: 1,
             images: RequestImages::default(),
             reasoning_effort: effort,
+            response_format: None,
         }
     }
 

@@ -49,6 +49,9 @@ impl OpenAiProvider {
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request.tools.iter().map(tool).collect();
         }
+        if let Some(format) = &request.response_format {
+            body["response_format"] = format.clone();
+        }
         body
     }
 

@@ -58,7 +58,29 @@ impl OpenAiResponsesProvider {
         if self.native_tools && !request.tools.is_empty() {
             body["tools"] = request.tools.iter().map(tool).collect();
         }
+        if let Some(format) = request.response_format.as_ref().and_then(text_format) {
+            body["text"] = json!({"format": format});
+        }
         body
+    }
+}
+
+/// The Responses API's `text.format` for a chat-style `response_format`:
+/// the JSON schema's fields one level up.
+fn text_format(format: &Value) -> Option<Value> {
+    match format.get("type").and_then(Value::as_str)? {
+        "json_schema" => {
+            let spec = format.get("json_schema")?;
+            let mut out = json!({"type": "json_schema"});
+            for key in ["name", "schema", "strict", "description"] {
+                if let Some(v) = spec.get(key) {
+                    out[key] = v.clone();
+                }
+            }
+            Some(out)
+        }
+        "json_object" => Some(json!({"type": "json_object"})),
+        _ => None,
     }
 }
 
@@ -305,6 +327,7 @@ mod tests {
             iteration: 1,
             images: RequestImages::default(),
             reasoning_effort: None,
+            response_format: None,
         };
         let body = provider(true).body(&request);
         assert_eq!(body["model"], "o4-mini");
@@ -319,5 +342,35 @@ mod tests {
         assert!(body.get("messages").is_none() && body.get("max_tokens").is_none());
         // The XML tool format sends no tool definitions.
         assert!(provider(false).body(&request).get("tools").is_none());
+        assert!(body.get("text").is_none(), "free text by default");
+    }
+
+    #[test]
+    fn a_response_format_becomes_the_text_format() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let mut request = ModelRequest {
+            system: String::new(),
+            messages: vec![message(Role::User, vec![text("hi")])],
+            tools: Vec::new(),
+            turn: 0,
+            iteration: 1,
+            images: RequestImages::default(),
+            reasoning_effort: None,
+            response_format: Some(json!({"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": schema, "strict": true,
+            }})),
+        };
+        let body = provider(true).body(&request);
+        assert_eq!(
+            body["text"],
+            json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": true}})
+        );
+        request.response_format = Some(json!({"type": "json_object"}));
+        assert_eq!(
+            provider(true).body(&request)["text"],
+            json!({"format": {"type": "json_object"}})
+        );
+        request.response_format = Some(json!({"type": "text"}));
+        assert!(provider(true).body(&request).get("text").is_none());
     }
 }

@@ -29,6 +29,7 @@ pub mod agents;
 mod auth;
 mod blobs;
 mod connections;
+mod conversations;
 mod decisions;
 pub mod error;
 mod event_index;
@@ -77,6 +78,7 @@ pub enum ServeError {
 pub fn router(state: AppState) -> Router {
     let v1 = letta::routes()
         .merge(live::routes())
+        .merge(conversations::routes())
         .route("/v1/blobs/{sha256}", get(blobs::get))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

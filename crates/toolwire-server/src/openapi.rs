@@ -819,6 +819,7 @@ fn all_schemas() -> Value {
     let mut all = schemas();
     if let Value::Object(map) = &mut all {
         map.extend(live_schemas());
+        map.extend(crate::letta::api_doc::schemas());
     }
     all
 }
@@ -858,6 +859,7 @@ pub(crate) fn build() -> Value {
             entry.insert(method.to_string(), op);
         }
     }
+    crate::letta::api_doc::amend(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {

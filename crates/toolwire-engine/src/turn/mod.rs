@@ -61,6 +61,9 @@ pub struct TurnOptions {
     pub model: Option<String>,
     /// How hard a reasoning model thinks (`None`: the provider's default).
     pub reasoning_effort: Option<toolwire_providers::ReasoningEffort>,
+    /// The shape the model's answers must take (see
+    /// `toolwire_providers::ModelRequest::response_format`).
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// How a turn ended.

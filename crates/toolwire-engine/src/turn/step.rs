@@ -285,6 +285,7 @@ impl<'a> Turn<'a> {
                 iteration,
                 images: RequestImages::default(),
                 reasoning_effort: self.options.reasoning_effort,
+                response_format: self.options.response_format.clone(),
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
@@ -294,6 +295,7 @@ impl<'a> Turn<'a> {
                 iteration,
                 images: RequestImages::default(),
                 reasoning_effort: self.options.reasoning_effort,
+                response_format: self.options.response_format.clone(),
             },
         }
     }

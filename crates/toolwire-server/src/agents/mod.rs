@@ -155,8 +155,13 @@ pub async fn delete(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
 /// every agent. An agent's conversation never changes.
 const BY_CONVERSATION: &str = "agent_by_conversation";
 
-/// The id of the agent that owns `conversation`, if one does.
-async fn owner_id(state: &AppState, conversation: ConversationId) -> ApiResult<Option<String>> {
+/// The id of the agent that owns `conversation`, if one does, and
+/// whether it is one of the agent's further conversations (Letta's
+/// conversations API) rather than its own.
+async fn owner_id(
+    state: &AppState,
+    conversation: ConversationId,
+) -> ApiResult<Option<(String, bool)>> {
     let Some(doc) = state
         .store()
         .document(BY_CONVERSATION, &conversation.to_string())
@@ -164,11 +169,50 @@ async fn owner_id(state: &AppState, conversation: ConversationId) -> ApiResult<O
     else {
         return Ok(None);
     };
+    let further = doc.body.get("further").and_then(Value::as_bool) == Some(true);
     Ok(doc
         .body
         .get("agent_id")
         .and_then(Value::as_str)
-        .map(str::to_owned))
+        .map(|id| (id.to_owned(), further)))
+}
+
+/// Records `conversation` as one more of `agent`'s (Letta's
+/// conversations API): its turns run with the agent's options.
+pub async fn add_conversation(
+    state: &AppState,
+    agent: &AgentRecord,
+    conversation: ConversationId,
+) -> ApiResult<()> {
+    state
+        .engine
+        .put_record(
+            BY_CONVERSATION,
+            &conversation.to_string(),
+            &json!({"agent_id": agent.id, "further": true}),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The conversations of `agent` made through Letta's conversations API
+/// (its own not included), oldest first.
+pub async fn further_conversations(
+    state: &AppState,
+    agent_id: Option<&str>,
+) -> ApiResult<Vec<(ConversationId, String)>> {
+    Ok(state
+        .store()
+        .documents(BY_CONVERSATION)
+        .await?
+        .into_iter()
+        .filter(|doc| doc.body.get("further").and_then(Value::as_bool) == Some(true))
+        .filter_map(|doc| {
+            let owner = doc.body.get("agent_id")?.as_str()?.to_owned();
+            let id = doc.id.parse().ok()?;
+            agent_id.is_none_or(|a| a == owner).then_some((id, owner))
+        })
+        .collect())
 }
 
 /// The agent of `conversation`, if one owns it (found through its owner
@@ -177,11 +221,11 @@ pub async fn agent_of(
     state: &AppState,
     conversation: ConversationId,
 ) -> ApiResult<Option<AgentRecord>> {
-    let Some(id) = owner_id(state, conversation).await? else {
+    let Some((id, further)) = owner_id(state, conversation).await? else {
         return Ok(None);
     };
     match load(state, &id).await {
-        Ok(agent) if agent.conversation_id == conversation => Ok(Some(agent)),
+        Ok(agent) if further || agent.conversation_id == conversation => Ok(Some(agent)),
         // Deleted meanwhile (its owner document goes second), or a stale
         // document: no agent owns the conversation.
         Ok(_) => Ok(None),

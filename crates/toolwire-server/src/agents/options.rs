@@ -20,8 +20,19 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
         tools: Some(registry(state, &tools).await),
         require_approval: agent.approval_set(&all),
         model: Some(model.info.name.clone()),
+        response_format: response_format(agent),
         ..TurnOptions::default()
     })
+}
+
+/// The `response_format` of the agent's `model_settings` (Letta's
+/// structured output), passed to the model; `text` is no format.
+fn response_format(agent: &AgentRecord) -> Option<serde_json::Value> {
+    let format = agent.model_settings.as_ref()?.get("response_format")?;
+    match format.get("type").and_then(serde_json::Value::as_str) {
+        Some("json_schema" | "json_object") => Some(format.clone()),
+        _ => None,
+    }
 }
 
 /// Tells the engine `agent`'s model, tools and approvals (after they changed),
@@ -38,6 +49,7 @@ pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult
             tools: fresh.tools,
             require_approval: fresh.require_approval,
             model: fresh.model,
+            response_format: fresh.response_format,
             ..remembered
         },
     );

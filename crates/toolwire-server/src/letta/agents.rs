@@ -106,6 +106,8 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
             "parallel_tool_calls": false,
         })
     });
+    let last_stop_reason = super::runs::last_stop_reason(state, &agent.id).await?;
+    let pending_approval = super::runs::pending_approval(state, agent.conversation_id).await?;
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
@@ -128,6 +130,8 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         "conversation_id": agent.conversation_id,
         "approvals": agent.approvals,
         "approval_timeout_seconds": agent.approval_timeout_seconds,
+        "last_stop_reason": last_stop_reason,
+        "pending_approval": pending_approval,
         "created_at": agent.created_at,
         "updated_at": agent.updated_at,
     }))

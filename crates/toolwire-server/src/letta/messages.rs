@@ -14,7 +14,7 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use toolwire_core::{ContentBlock, Decision, ToolCallId};
+use toolwire_core::{ContentBlock, ConversationId, Decision, ToolCallId};
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 use toolwire_tools::ToolSpec;
 
@@ -22,8 +22,9 @@ use crate::agents::options::{agent_options, refresh_options};
 use crate::agents::{self, AgentRecord, approvals};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::letta::page::{Order, PageQuery};
+use crate::letta::page::PageQuery;
 use crate::letta::render::{self, LiveRenderer, RunEnd};
+use crate::letta::runs;
 use crate::state::AppState;
 
 /// A tool the client runs, declared per request.
@@ -47,7 +48,11 @@ pub struct MessageRequest {
     stream_tokens: Option<bool>,
     include_pings: Option<bool>,
     /// On `POST …/messages`: answer as an SSE stream.
-    streaming: Option<bool>,
+    pub(crate) streaming: Option<bool>,
+    /// Streaming: the run goes on whatever happens to this request, its
+    /// stream read from the stored events (each message with its
+    /// `seq_id`), resumable with `GET|POST /v1/runs/{id}/stream`.
+    background: Option<bool>,
 }
 
 /// What a request asks for, read from its messages.
@@ -60,6 +65,8 @@ struct Asked {
     decisions: Vec<(ToolCallId, Decision)>,
     /// Legacy approval: one answer for every waiting call.
     approve_all: Option<(bool, Option<String>)>,
+    /// The `otid` the client gave its (first) user message.
+    otid: Option<String>,
 }
 
 /// The images of a content value: its `image` parts, each with a base64
@@ -235,6 +242,9 @@ fn read_request(req: &MessageRequest) -> Result<Asked, ApiError> {
                 })?;
                 asked.text.push(content_text(content)?);
                 asked.images.extend(content_images(content, i)?);
+                if asked.otid.is_none() {
+                    asked.otid = m.get("otid").and_then(Value::as_str).map(str::to_owned);
+                }
             }
         }
     }
@@ -271,26 +281,42 @@ async fn options(
 }
 
 /// A started (or already answered) run, with what renders it.
-struct Started {
+pub(crate) struct Started {
     handle: Option<TurnHandle>,
     follower: Follower,
     renderer: Option<LiveRenderer>,
     include: Option<HashSet<String>>,
+    /// What the runs' API keeps of the run.
+    doc: Option<runs::RunDoc>,
 }
 
 /// Starts what the request asks: answers to waiting calls (the turn goes
 /// on), else a new user message. Errors come back before any byte of the
 /// response, with their HTTP status.
-async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiResult<Started> {
+async fn start(
+    state: &AppState,
+    agent_id: &str,
+    conversation: Option<ConversationId>,
+    req: &MessageRequest,
+) -> ApiResult<Started> {
     let _agent_lock = state.lock(agent_id).await;
     let agent = agents::load(state, agent_id).await?;
-    let conversation = agent.conversation_id;
+    let conversation = conversation.unwrap_or(agent.conversation_id);
     let mut asked = read_request(req)?;
+    let after_seq = state
+        .live
+        .index
+        .last_seq(&state.engine, conversation)
+        .await?;
     let options = options(state, &agent, req).await?;
     let mut gated: HashSet<String> = options.require_approval.clone();
     gated.extend(options.client_tools.iter().map(|c| c.name.clone()));
     // Subscribed before the turn starts, so that nothing is missed.
     let follower = state.engine.follow(conversation);
+    let otid_follower = asked
+        .otid
+        .is_some()
+        .then(|| state.engine.follow(conversation));
     if let Some((approve, reason)) = asked.approve_all.take() {
         let pending = state
             .engine
@@ -322,6 +348,7 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
         let at = format!("image {}", i + 1);
         images.push(crate::images::store(state, bytes, declared, &at).await?);
     }
+    let mut expect: Vec<String> = Vec::new();
     let handle = if !images.is_empty() {
         let mut content = Vec::with_capacity(images.len() + 1);
         if let Some(text) = then {
@@ -335,13 +362,21 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
                 .await?,
         )
     } else if !asked.decisions.is_empty() {
+        // The paused step's calls: their results come first.
+        expect = state
+            .engine
+            .pending_approval(conversation)
+            .await?
+            .map(|p| p.calls.iter().map(|c| c.call.id.0.clone()).collect())
+            .unwrap_or_default();
+        let retry = (then.clone(), options.clone());
         match state
             .engine
             .respond(conversation, asked.decisions, then, options)
             .await?
         {
             Responded::Started(handle) => Some(handle),
-            Responded::AlreadyApplied => None,
+            Responded::AlreadyApplied => keep_alive(state, conversation, retry).await?,
         }
     } else if let Some(text) = then {
         Some(
@@ -355,10 +390,35 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
             "nothing to send: give `messages` (or `input`) with a user message or an approval",
         ));
     };
-    let renderer = handle
-        .as_ref()
-        .map(|h| LiveRenderer::new(h.run_id, req.stream_tokens.unwrap_or(false), gated));
+    let stream_tokens = req.stream_tokens.unwrap_or(false);
+    let doc = match &handle {
+        Some(h) => {
+            let doc = runs::RunDoc {
+                run_id: h.run_id,
+                agent_id: agent.id.clone(),
+                conversation_id: conversation,
+                background: req.background.unwrap_or(false),
+                stream_tokens,
+                gated: gated.iter().cloned().collect(),
+                after_seq,
+                expect: expect.clone(),
+                created_at: chrono::Utc::now(),
+            };
+            runs::record(state, &doc).await?;
+            if let (Some(otid), Some(follower)) = (asked.otid.take(), otid_follower) {
+                runs::remember_otid(state, follower, h.run_id, otid);
+            }
+            Some(doc)
+        }
+        None => None,
+    };
+    let renderer = handle.as_ref().map(|h| {
+        let mut renderer = LiveRenderer::new(h.run_id, stream_tokens, gated);
+        renderer.expect_calls(expect);
+        renderer
+    });
     Ok(Started {
+        doc,
         handle,
         follower,
         renderer,
@@ -367,6 +427,33 @@ async fn start(state: &AppState, agent_id: &str, req: &MessageRequest) -> ApiRes
             .as_ref()
             .map(|t| t.iter().cloned().collect()),
     })
+}
+
+/// What a turn is asked to go on with when an answer that was applied
+/// already comes again after its turn stopped short (Letta's text).
+const KEEP_ALIVE: &str = "<system-alert>Automated keep-alive ping. Ignore this message and \
+                          continue from where you stopped.</system-alert>";
+
+/// Answers applied before, sent again: if the turn that applied them
+/// stopped before the model answered their results (it was cancelled or
+/// cut), a turn goes on from them, with the request's own message or a
+/// keep-alive one, as Letta's server does; otherwise nothing runs.
+async fn keep_alive(
+    state: &AppState,
+    conversation: ConversationId,
+    (then, options): (Option<String>, TurnOptions),
+) -> ApiResult<Option<TurnHandle>> {
+    let leaf = state.store().conversation(conversation).await?.active_leaf;
+    if state.store().message(leaf).await?.role != toolwire_core::Role::Tool {
+        return Ok(None);
+    }
+    let text = then.unwrap_or_else(|| KEEP_ALIVE.to_owned());
+    Ok(Some(
+        state
+            .engine
+            .send_with(conversation, &text, None, options)
+            .await?,
+    ))
 }
 
 /// Runs the started run to its end, sending each Letta message to `tx`
@@ -384,6 +471,7 @@ async fn pump(
         mut follower,
         renderer,
         include,
+        doc: _,
     } = started;
     let (Some(handle), Some(mut renderer)) = (handle, renderer) else {
         // The same answers were applied before: nothing runs.
@@ -517,9 +605,20 @@ pub async fn create(
     Body(req): Body<MessageRequest>,
 ) -> ApiResult<Response> {
     if req.streaming.unwrap_or(false) {
-        return stream_response(state, id, req).await;
+        return stream_response(state, id, None, req).await;
     }
-    let started = start(&state, &id, &req).await?;
+    respond_json(state, id, None, req).await
+}
+
+/// The JSON answer of a send: the run's messages, its stop reason and
+/// usage, once it ends.
+pub(crate) async fn respond_json(
+    state: AppState,
+    id: String,
+    conversation: Option<ConversationId>,
+    req: MessageRequest,
+) -> ApiResult<Response> {
+    let started = start(&state, &id, conversation, &req).await?;
     let (tx, mut rx) = mpsc::channel(1024);
     let pump = tokio::spawn(pump(state, id, started, tx, None));
     let mut messages = Vec::new();
@@ -546,15 +645,55 @@ pub async fn stream(
     Path(id): Path<String>,
     Body(req): Body<MessageRequest>,
 ) -> ApiResult<Response> {
-    stream_response(state, id, req).await
+    stream_response(state, id, None, req).await
 }
 
-async fn stream_response(state: AppState, id: String, req: MessageRequest) -> ApiResult<Response> {
-    let started = start(&state, &id, &req).await?;
+/// `POST /v1/agents/{id}/messages/async`: starts the run and answers at
+/// once with it (Letta's `Run`); the run goes on without the request.
+pub async fn create_async(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRequest>,
+) -> ApiResult<Json<Value>> {
+    let started = start(&state, &id, None, &req).await?;
+    let Some(doc) = started.doc.clone() else {
+        return Err(ApiError::conflict(
+            "ALREADY_APPLIED",
+            "these answers were applied before: no run started",
+        ));
+    };
+    // Nobody listens: the pump only does what a run's end asks (arming an
+    // approval timeout).
+    let (tx, rx) = mpsc::channel(1);
+    drop(rx);
+    tokio::spawn(pump(state.clone(), id, started, tx, None));
+    Ok(Json(runs::started_json(&state, &doc).await?))
+}
+
+pub(crate) async fn stream_response(
+    state: AppState,
+    id: String,
+    conversation: Option<ConversationId>,
+    req: MessageRequest,
+) -> ApiResult<Response> {
+    let started = start(&state, &id, conversation, &req).await?;
     let ping = req
         .include_pings
         .unwrap_or(false)
         .then_some(state.settings.ping_interval);
+    if req.background.unwrap_or(false)
+        && let Some(doc) = started.doc.clone()
+    {
+        // The stream is read from the stored events, as any later resume
+        // reads it; the run's end is watched apart from it.
+        let record = state.store().run(doc.run_id).await?;
+        let include = started.include.clone();
+        let rx = runs::replay(&state, record, Some(doc), 0, include, ping).await?;
+        let (tx, dropped) = mpsc::channel(1);
+        drop(dropped);
+        tokio::spawn(pump(state, id, started, tx, None));
+        return Ok(runs::sse(rx));
+    }
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(pump(state, id, started, tx, ping));
     Ok(Sse::new(sse_events(rx))
@@ -574,34 +713,39 @@ fn sse_events(rx: mpsc::Receiver<Value>) -> impl Stream<Item = Result<Event, Inf
     )
 }
 
-/// `GET /v1/agents/{id}/messages`: the active branch, newest first by
-/// default (as Letta).
+/// `GET /v1/agents/{id}/messages`: the active branch as Letta's server
+/// lists it (see [`PageQuery::history_page`]).
 pub async fn list(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<PageQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
     let agent = agents::load(&state, &id).await?;
-    let conversation = state.store().conversation(agent.conversation_id).await?;
-    let path = state.store().path_to(conversation.active_leaf).await?;
-    let pending = state.engine.pending_approval(agent.conversation_id).await?;
-    let resolved = state
-        .engine
-        .resolved_approvals(agent.conversation_id)
-        .await?;
+    Ok(Json(
+        history_page(&state, agent.conversation_id, &query).await?,
+    ))
+}
+
+/// A page of `conversation`'s active branch in Letta's messages, user
+/// messages with the `otid` their client gave.
+pub(crate) async fn history_page(
+    state: &AppState,
+    conversation: toolwire_core::ConversationId,
+    query: &PageQuery,
+) -> ApiResult<Vec<Value>> {
+    let leaf = state.store().conversation(conversation).await?.active_leaf;
+    let path = state.store().path_to(leaf).await?;
+    let pending = state.engine.pending_approval(conversation).await?;
+    let resolved = state.engine.resolved_approvals(conversation).await?;
     let approvals = render::Approvals::new(pending.as_ref(), resolved);
-    let all: Vec<Value> = path
-        .iter()
-        .flat_map(|m| render::history(m, &approvals))
-        .collect();
-    let page = query.page(
+    let all = render::history_of(&path, &approvals);
+    let mut page = query.history_page(
         all,
         |m| m.get("id").and_then(Value::as_str).unwrap_or(""),
-        // Letta's default: newest first.
-        Order::Desc,
         100,
     )?;
-    Ok(Json(page))
+    runs::client_otids(state, &mut page).await?;
+    Ok(page)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -618,8 +762,25 @@ pub async fn cancel(
     Path(id): Path<String>,
     Body(body): Body<CancelRequest>,
 ) -> ApiResult<Json<Value>> {
-    let _ = body.run_ids;
     let agent = agents::load(&state, &id).await?;
+    if let Some(run_ids) = body.run_ids.filter(|ids| !ids.is_empty()) {
+        // Those runs only (each in its own conversation), if they run.
+        let mut cancelled = Vec::new();
+        for text in &run_ids {
+            let run = runs::parse_run_id(text)?;
+            let record = state.store().run(run).await?;
+            if state.engine.cancel_run(record.conversation_id, run) {
+                cancelled.push(render::run_id(run));
+            }
+        }
+        tracing::info!(agent = %id, ?cancelled, "cancel runs");
+        return Ok(Json(json!({
+            "status": if cancelled.is_empty() { "nothing_to_cancel" } else { "cancelled" },
+            "cancelled_run": !cancelled.is_empty(),
+            "cancelled_runs": cancelled,
+            "cleared_approval": false,
+        })));
+    }
     let conversation = agent.conversation_id;
     // Abandoning the pause starts a turn of the engine's own (a late
     // interjection may follow it): with the agent's options as they are now.

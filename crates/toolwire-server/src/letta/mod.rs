@@ -1,11 +1,14 @@
 //! The Letta-compatible API: tools, agents and their messages, models.
 
 pub mod agents;
+pub(crate) mod api_doc;
+pub mod conversations;
 pub mod messages;
 pub mod models;
 pub mod notifications;
 pub mod page;
 pub mod render;
+pub mod runs;
 pub mod tools;
 
 use axum::Router;
@@ -42,7 +45,12 @@ pub fn routes() -> Router<AppState> {
             get(messages::list).post(messages::create),
         )
         .route("/v1/agents/{id}/messages/stream", post(messages::stream))
+        .route(
+            "/v1/agents/{id}/messages/async",
+            post(messages::create_async),
+        )
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
         .route("/v1/agents/{id}/notifications", post(notifications::create))
         .route("/v1/models", get(models::list))
+        .merge(runs::routes())
 }

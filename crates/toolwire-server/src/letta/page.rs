@@ -91,6 +91,62 @@ impl PageQuery {
     }
 }
 
+impl PageQuery {
+    /// The page of a message history (`items` oldest first) as Letta's
+    /// server gives it: the items after `after` (newer) and before
+    /// `before` (older), of which the newest `limit` (`order=desc`, the
+    /// default) or the oldest `limit` (`order=asc`), always oldest
+    /// first. An unknown cursor gives an empty page.
+    pub fn history_page<T>(
+        &self,
+        mut items: Vec<T>,
+        id_of: impl Fn(&T) -> &str,
+        default_limit: usize,
+    ) -> Result<Vec<T>, ApiError> {
+        let limit = self.limit(default_limit)?;
+        let newest = self.order(Order::Desc)? == Order::Desc;
+        let start = match &self.after {
+            Some(after) => match items.iter().rposition(|t| id_of(t) == after) {
+                Some(i) => i + 1,
+                None => return Ok(Vec::new()),
+            },
+            None => 0,
+        };
+        let end = match &self.before {
+            Some(before) => match items.iter().position(|t| id_of(t) == before) {
+                Some(i) => i,
+                None => return Ok(Vec::new()),
+            },
+            None => items.len(),
+        };
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let mut window: Vec<T> = items.drain(start..end).collect();
+        // `limit` counts messages (runs of items sharing an id), as Letta
+        // counts the stored messages its parts come from.
+        if newest {
+            window.reverse();
+        }
+        let mut groups = 0;
+        let mut cut = window.len();
+        for i in 0..window.len() {
+            if i == 0 || id_of(&window[i]) != id_of(&window[i - 1]) {
+                if groups == limit {
+                    cut = i;
+                    break;
+                }
+                groups += 1;
+            }
+        }
+        window.truncate(cut);
+        if newest {
+            window.reverse();
+        }
+        Ok(window)
+    }
+}
+
 /// At most `limit` items from one end of `items`, never splitting a run of
 /// items with the same id (a run longer than `limit` is taken whole when
 /// it comes first, so that a page is never empty while items remain).
@@ -182,6 +238,26 @@ mod tests {
             page(q(Some("a"), Some("e"), 10, "asc")),
             ["b0", "b1", "c0", "d0"]
         );
+    }
+
+    fn history(query: PageQuery) -> Vec<String> {
+        ids(&query.history_page(ITEMS.to_vec(), |t| t.0, 50).unwrap())
+    }
+
+    #[test]
+    fn histories_give_the_newest_oldest_first_and_after_is_newer() {
+        assert_eq!(history(q(None, None, 3, "desc")), ["c0", "d0", "e0"]);
+        assert_eq!(
+            history(q(None, None, 3, "asc")),
+            ["a0", "b0", "b1", "c0"],
+            "the oldest three messages, parts together"
+        );
+        assert_eq!(history(q(Some("b"), None, 50, "desc")), ["c0", "d0", "e0"]);
+        assert_eq!(history(q(Some("b"), None, 1, "desc")), ["e0"]);
+        assert_eq!(history(q(None, Some("c"), 2, "desc")), ["a0", "b0", "b1"]);
+        assert_eq!(history(q(None, Some("d"), 1, "desc")), ["c0"]);
+        assert_eq!(history(q(Some("e"), None, 5, "desc")), Vec::<String>::new());
+        assert!(history(q(Some("zz"), None, 5, "desc")).is_empty());
     }
 
     #[test]

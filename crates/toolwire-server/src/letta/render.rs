@@ -29,6 +29,14 @@ pub fn run_id(id: RunId) -> String {
     format!("run-{}", id.0)
 }
 
+/// Letta's `otid` of the `index`th Letta message rendered from stored
+/// message `id`: the id's UUID with its last 7 bits set to the index, as
+/// Letta's server derives them (its clients check the suffix).
+pub fn otid(id: MessageId, index: usize) -> String {
+    let bits = (id.0.as_u128() & !0x7f) | (index as u128 & 0x7f);
+    uuid::Uuid::from_u128(bits).to_string()
+}
+
 fn base(kind: &str, id: MessageId, date: DateTime<Utc>, run: Option<RunId>) -> Value {
     json!({
         "id": message_id(id),
@@ -101,6 +109,13 @@ impl Approvals {
     }
 }
 
+/// The id of the answers to the calls of message `id`: Letta stores them
+/// as a message of their own, after the request, so that a history read
+/// `after` the request starts with them.
+fn approval_response_id(id: MessageId) -> MessageId {
+    MessageId(uuid::Uuid::new_v5(&id.0, b"approval_response"))
+}
+
 /// Letta's `approval_response_message` for answers to message `id`.
 fn approval_response(
     id: MessageId,
@@ -124,13 +139,22 @@ fn approval_response(
             }),
         })
         .collect();
-    with(
+    // Letta's older single-answer fields: the first answer's, its call as
+    // the request's id.
+    let first = approvals.first();
+    let mut value = with(
         base("approval_response_message", id, date, run),
         json!({
             "approvals": approvals,
-            "approval_request_id": message_id(id),
+            "approval_request_id": first.and_then(|a| a.get("tool_call_id")),
+            "approve": first.and_then(|a| a.get("approve")),
+            "reason": first.and_then(|a| a.get("reason")),
         }),
-    )
+    );
+    let own = approval_response_id(id);
+    value["id"] = json!(message_id(own));
+    value["otid"] = json!(otid(own, 0));
+    value
 }
 
 /// The Letta messages of stored message `m`. Calls that waited (or wait)
@@ -214,7 +238,51 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
             json!({"content": block}),
         ));
     }
+    for (i, item) in out.iter_mut().enumerate() {
+        if item.get("otid").is_none() {
+            item["otid"] = json!(otid(id, i));
+        }
+    }
     out
+}
+
+/// The Letta messages of a branch (oldest first): each message's
+/// [`history`], with the results of one step's calls (consecutive tool
+/// messages) as one `tool_return_message` carrying them all in
+/// `tool_returns`, as Letta's server shows a step's parallel results.
+pub fn history_of<'a>(
+    path: impl IntoIterator<Item = &'a Message>,
+    approvals: &Approvals,
+) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut open_group: Option<usize> = None;
+    for m in path {
+        let items = history(m, approvals);
+        if m.role != Role::Tool {
+            open_group = None;
+            out.extend(items);
+            continue;
+        }
+        for item in items {
+            let is_return = item["message_type"] == "tool_return_message";
+            match open_group {
+                Some(at) if is_return => merge_returns(&mut out[at], &item),
+                _ => {
+                    out.push(item);
+                    open_group = is_return.then(|| out.len() - 1);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Adds the `tool_returns` of `more` to the group `into`.
+fn merge_returns(into: &mut Value, more: &Value) {
+    let extra = more["tool_returns"].as_array().cloned().unwrap_or_default();
+    if let Some(list) = into["tool_returns"].as_array_mut() {
+        list.extend(extra);
+    }
 }
 
 /// `text` with a line naming each image (Letta's messages here carry
@@ -292,8 +360,19 @@ pub struct LiveRenderer {
     step_message: Option<MessageId>,
     /// Streamed calls: their message type.
     call_kinds: HashMap<String, &'static str>,
+    /// The step message's Letta parts so far, by kind: their otid index.
+    parts: HashMap<String, usize>,
+    /// The step's tool results not sent yet: sent as one message once
+    /// every call of the step has its result (or at the next event that
+    /// is not a call's, when the step's calls are not known).
+    returns: Option<Value>,
+    /// The step's calls still without a result.
+    expected: HashSet<String>,
     steps: u32,
     usage: Usage,
+    /// The usage of the run's stored model calls, summed: what a run that
+    /// ends without a final response (cancelled, failed) used.
+    steps_usage: Usage,
 }
 
 /// What a run came to, once its `stopped` event is rendered.
@@ -311,13 +390,39 @@ impl LiveRenderer {
             gated,
             step_message: None,
             call_kinds: HashMap::new(),
+            parts: HashMap::new(),
+            returns: None,
+            expected: HashSet::new(),
             steps: 0,
             usage: Usage::default(),
+            steps_usage: Usage::default(),
         }
     }
 
-    fn now_base(&self, kind: &str, id: MessageId) -> Value {
-        base(kind, id, Utc::now(), Some(self.run))
+    /// The calls whose results come first in this run (those of the
+    /// paused step it goes on with): their results are sent as one
+    /// message as soon as all are in.
+    pub fn expect_calls(&mut self, calls: impl IntoIterator<Item = String>) {
+        self.expected.extend(calls);
+    }
+
+    fn now_base(&mut self, kind: &str, id: MessageId) -> Value {
+        let mut value = base(kind, id, Utc::now(), Some(self.run));
+        value["otid"] = json!(otid(id, self.part(kind)));
+        value
+    }
+
+    /// The otid index of the step message's part `kind`.
+    fn part(&mut self, kind: &str) -> usize {
+        let next = self.parts.len();
+        *self.parts.entry(kind.to_owned()).or_insert(next)
+    }
+
+    /// `value` (a part of the step message `id`) with its otid.
+    fn with_otid(&mut self, mut value: Value, id: MessageId) -> Value {
+        let kind = value["message_type"].as_str().unwrap_or("").to_owned();
+        value["otid"] = json!(otid(id, self.part(&kind)));
+        value
     }
 
     /// The Letta messages for `event` (none for most), and the run's end
@@ -328,9 +433,37 @@ impl LiveRenderer {
         }
         let mut out = Vec::new();
         let run = Some(self.run);
+        let of_a_call = matches!(
+            event,
+            AgentEvent::ToolExecutionStarted { .. }
+                | AgentEvent::ToolExecutionProgress { .. }
+                | AgentEvent::ToolExecutionCompleted { .. }
+                | AgentEvent::ToolExecutionFailed { .. }
+        );
+        if !of_a_call {
+            out.extend(self.returns.take());
+        }
+        match event {
+            AgentEvent::ToolCallsGenerated { calls, .. } => {
+                self.expected = calls.iter().map(|c| c.id.0.clone()).collect();
+            }
+            AgentEvent::ApprovalRequested { calls, .. } => {
+                self.expected = calls.iter().map(|c| c.call.id.0.clone()).collect();
+            }
+            _ => {}
+        }
+        if let AgentEvent::AssistantMessageCreated { message, .. } = event
+            && let Some(u) = message.usage
+        {
+            self.steps_usage.prompt_tokens += u.prompt_tokens;
+            self.steps_usage.completion_tokens += u.completion_tokens;
+            self.steps_usage.cached_tokens += u.cached_tokens;
+            self.steps_usage.cache_write_tokens += u.cache_write_tokens;
+        }
         match event {
             AgentEvent::StepStarted { message_id, .. } => {
                 self.step_message = Some(*message_id);
+                self.parts.clear();
                 self.steps += 1;
             }
             AgentEvent::ReasoningDelta { text, .. } if self.stream_tokens => {
@@ -388,20 +521,18 @@ impl LiveRenderer {
                     .retain(|b| !matches!(b, ContentBlock::ToolUse { .. }));
                 for mut m in history(&text_only, &Approvals::default()) {
                     m["run_id"] = json!(run_id(self.run));
-                    out.push(m);
+                    out.push(self.with_otid(m, message.id));
                 }
             }
             AgentEvent::ToolCallsGenerated {
                 message_id, calls, ..
             } if !self.stream_tokens => {
                 let refs: Vec<&ToolCall> = calls.iter().collect();
-                out.extend(calls_message(
-                    "tool_call_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &refs,
-                ));
+                if let Some(m) =
+                    calls_message("tool_call_message", *message_id, Utc::now(), run, &refs)
+                {
+                    out.push(self.with_otid(m, *message_id));
+                }
             }
             AgentEvent::ApprovalRequested {
                 message_id, calls, ..
@@ -413,24 +544,30 @@ impl LiveRenderer {
                         .map(|c| &c.call)
                         .collect()
                 };
-                out.extend(calls_message(
-                    "tool_call_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &of(false),
-                ));
-                out.extend(calls_message(
-                    "approval_request_message",
-                    *message_id,
-                    Utc::now(),
-                    run,
-                    &of(true),
-                ));
+                for kind in ["tool_call_message", "approval_request_message"] {
+                    let calls = of(kind == "approval_request_message");
+                    if let Some(m) = calls_message(kind, *message_id, Utc::now(), run, &calls) {
+                        out.push(self.with_otid(m, *message_id));
+                    }
+                }
             }
-            AgentEvent::ToolExecutionCompleted { message, .. }
-            | AgentEvent::ToolExecutionFailed { message, .. } => {
-                out.extend(tool_returns(message, run));
+            AgentEvent::ToolExecutionCompleted {
+                message, call_id, ..
+            }
+            | AgentEvent::ToolExecutionFailed {
+                message, call_id, ..
+            } => {
+                for mut m in tool_returns(message, run) {
+                    m["otid"] = json!(otid(message.id, 0));
+                    match &mut self.returns {
+                        Some(group) => merge_returns(group, &m),
+                        None => self.returns = Some(m),
+                    }
+                }
+                // The step's last result: the group goes now.
+                if self.expected.remove(&call_id.0) && self.expected.is_empty() {
+                    out.extend(self.returns.take());
+                }
             }
             AgentEvent::NotificationsInjected {
                 message_id, text, ..
@@ -441,7 +578,7 @@ impl LiveRenderer {
             AgentEvent::FinalResponse { usage, .. } => self.usage = *usage,
             AgentEvent::Stopped { reason, error, .. } => {
                 return (
-                    Vec::new(),
+                    out,
                     Some(RunEnd {
                         reason: *reason,
                         error: error.clone(),
@@ -456,10 +593,12 @@ impl LiveRenderer {
     /// The closing messages of a run: an error (if it failed), the stop
     /// reason, the usage.
     pub fn closing(&self, end: &RunEnd, usage: Usage) -> Vec<Value> {
-        let usage = if usage == Usage::default() {
+        let usage = if usage != Usage::default() {
+            usage
+        } else if self.usage != Usage::default() {
             self.usage
         } else {
-            usage
+            self.steps_usage
         };
         let mut out = Vec::new();
         if let (

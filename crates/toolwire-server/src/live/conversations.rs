@@ -25,7 +25,10 @@ const STORE_WAIT: Duration = Duration::from_secs(10);
 
 /// A conversation id from a path: anything else is no conversation.
 pub fn conversation_id(text: &str) -> ApiResult<ConversationId> {
-    text.parse()
+    // Letta's conversations API writes the same ids as `conv-<uuid>`.
+    text.strip_prefix("conv-")
+        .unwrap_or(text)
+        .parse()
         .map_err(|_| ApiError::not_found("conversation", &clip_id(text)))
 }
 

@@ -16,16 +16,10 @@ use crate::state::AppState;
 
 /// The `/v1/conversations` routes.
 pub fn routes() -> Router<AppState> {
+    // `/v1/conversations` and `…/{id}/messages` are shared with Letta's
+    // conversations API: `crate::conversations` routes them here by shape.
     Router::new()
-        .route(
-            "/v1/conversations",
-            get(conversations::list).post(conversations::create),
-        )
         .route("/v1/conversations/{id}/tree", get(conversations::tree))
-        .route(
-            "/v1/conversations/{id}/messages",
-            get(conversations::messages).post(conversations::send),
-        )
         .route(
             "/v1/conversations/{id}/messages/{mid}",
             get(conversations::message),

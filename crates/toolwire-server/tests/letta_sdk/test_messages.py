@@ -61,11 +61,15 @@ def test_message_runs_the_python_tool(serve):
     for limit in (1, 2, 3):
         page = collect(client.agents.messages.list(agent.id, order="asc", limit=limit))
         assert [(m.message_type, m.id) for m in page] == key, f"limit={limit}"
-    # Newest first on request, and by default (as Letta).
+    # As Letta's server lists them: `order=desc` (the default) takes the
+    # newest `limit` messages, `asc` the oldest; a page is oldest first
+    # either way, and `after` is newer.
     desc = collect(client.agents.messages.list(agent.id, order="desc"))
-    assert [(m.message_type, m.id) for m in desc] == key[::-1]
+    assert [(m.message_type, m.id) for m in desc] == key
     default = collect(client.agents.messages.list(agent.id))
-    assert [(m.message_type, m.id) for m in default] == key[::-1]
+    assert [(m.message_type, m.id) for m in default] == key
+    newest_two = client.agents.messages.list(agent.id, limit=2).items
+    assert [m.id for m in newest_two] == [m.id for m in history[-2:]]
     # The newest message alone.
     newest = client.agents.messages.list(agent.id, limit=1).items
     assert [m.id for m in newest] == [history[-1].id]

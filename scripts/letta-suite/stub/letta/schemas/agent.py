@@ -1,0 +1,1 @@
+from letta_client.types import AgentState  # noqa
