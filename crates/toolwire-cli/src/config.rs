@@ -20,6 +20,7 @@ use toolwire_tools::confined::{Limits, Mode, Policy, Sandbox};
 use toolwire_tools::mcp::{self, McpServerConfig};
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
+mod context;
 mod models;
 
 use models::ModelFile;
@@ -128,8 +129,11 @@ pub struct EngineArgs {
     /// TOML config file with the same keys as these flags, and prices,
     /// model bounds (max_tokens, first_byte_timeout_secs,
     /// stream_idle_timeout_secs, max_retry_after_secs,
-    /// max_step_output_bytes, max_step_events) and named models
-    /// (default_model, [models.NAME]; see docs/configuration.md).
+    /// max_step_output_bytes, max_step_events), named models
+    /// (default_model, [models.NAME]), the context window ([context]:
+    /// compact_at, keep_recent, max_tool_result, summary_model) and
+    /// budgets ([budgets]: turn_, conversation_, agent_ max_tokens and
+    /// max_cost, warn_at); see docs/configuration.md.
     #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Model API [default: scripted demo when no model is configured].
@@ -251,6 +255,12 @@ struct FileConfig {
     /// `[sandbox]`: what commands and Python tools may do.
     #[serde(default)]
     sandbox: SandboxFile,
+    /// `[context]`: compaction and oversized tool results.
+    #[serde(default)]
+    context: context::ContextFile,
+    /// `[budgets]`: token and cost limits per turn, conversation, agent.
+    #[serde(default)]
+    budgets: context::BudgetsFile,
 }
 
 /// The `[sandbox]` table.
@@ -589,6 +599,11 @@ impl EngineArgs {
             Some(ToolFormatArg::Xml) => ToolFormat::Xml,
             _ => ToolFormat::Native,
         };
+        let compact_at_per_model = file
+            .models
+            .iter()
+            .filter_map(|(name, m)| m.compact_at().map(|c| (name.clone(), c)))
+            .collect();
         let models = ModelSettings::resolve(
             models::Flags {
                 provider: self.provider.or(file.provider),
@@ -617,6 +632,19 @@ impl EngineArgs {
             })
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| self.invalid("the MCP servers"))?;
+        let model_names: Vec<String> = models
+            .specs
+            .iter()
+            .filter_map(|s| s.name.clone().or_else(|| s.model.clone()))
+            .collect();
+        let context = file
+            .context
+            .settings(compact_at_per_model, &model_names)
+            .with_context(|| self.invalid("the context settings"))?;
+        let budgets = file
+            .budgets
+            .budgets()
+            .with_context(|| self.invalid("the budgets"))?;
         let defaults = EngineConfig::default();
         let db = match self.db.clone().or(file.db) {
             Some(db) => db,
@@ -659,6 +687,8 @@ impl EngineArgs {
                     Some(InterjectionArg::Reminder) => InterjectionMode::Reminder,
                     Some(InterjectionArg::NewMessage) | None => InterjectionMode::NewMessage,
                 },
+                context,
+                budgets,
                 ..defaults
             },
             models,

@@ -30,6 +30,7 @@ mod approval;
 mod bus;
 mod chosen_model;
 mod config;
+pub mod context;
 mod edit;
 mod engine;
 mod error;

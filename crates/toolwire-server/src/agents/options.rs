@@ -6,7 +6,7 @@ use toolwire_core::ConversationId;
 use toolwire_engine::TurnOptions;
 
 use crate::agents::tools::{all_tools, registry};
-use crate::agents::{self, AgentRecord, models};
+use crate::agents::{self, AgentRecord, budget, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -20,6 +20,7 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
         tools: Some(registry(state, &tools).await),
         require_approval: agent.approval_set(&all),
         model: Some(model.info.name.clone()),
+        agent_spent: budget::agent_spent(state, agent).await?,
         ..TurnOptions::default()
     })
 }
@@ -38,6 +39,7 @@ pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult
             tools: fresh.tools,
             require_approval: fresh.require_approval,
             model: fresh.model,
+            agent_spent: fresh.agent_spent,
             ..remembered
         },
     );

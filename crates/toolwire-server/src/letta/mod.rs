@@ -6,6 +6,7 @@ pub mod models;
 pub mod notifications;
 pub mod page;
 pub mod render;
+pub mod summarize;
 pub mod tools;
 
 use axum::Router;
@@ -44,5 +45,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/agents/{id}/messages/stream", post(messages::stream))
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
         .route("/v1/agents/{id}/notifications", post(notifications::create))
+        .route("/v1/agents/{id}/summarize", post(summarize::summarize))
         .route("/v1/models", get(models::list))
 }

@@ -17,7 +17,9 @@ use crate::agents::ids::message_id;
 pub fn stop_reason(reason: StopReason) -> &'static str {
     match reason {
         StopReason::EndTurn => "end_turn",
-        StopReason::MaxSteps => "max_steps",
+        // Letta has no budget stop reason: a limit on the loop is the
+        // nearest (the run's error names the budget).
+        StopReason::MaxSteps | StopReason::BudgetExceeded => "max_steps",
         StopReason::Cancelled => "cancelled",
         StopReason::LlmApiError => "llm_api_error",
         StopReason::RequiresApproval => "requires_approval",
