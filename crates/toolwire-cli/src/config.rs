@@ -1121,6 +1121,48 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_context_and_budget_tables_reach_the_engine_and_name_what_is_wrong() {
+        let settings = resolve(
+            "db = \"sqlite://t.db\"\n[context]\ncompact_at = 0.7\nkeep_recent = 0.2\n\
+             max_tool_result = 0.1\n[budgets]\nturn_max_tokens = 5000\n\
+             conversation_max_cost = 2.5\nagent_max_tokens = 90000\nwarn_at = 0.9\n",
+        )
+        .unwrap();
+        let c = &settings.engine.context;
+        assert_eq!((c.compact_at, c.keep_recent, c.max_tool_result), (0.7, 0.2, 0.1));
+        let b = &settings.engine.budgets;
+        assert_eq!(b.turn.max_tokens, Some(5000));
+        assert_eq!(b.conversation.max_cost, Some(2.5));
+        assert_eq!(b.agent.max_tokens, Some(90000));
+        assert_eq!(b.warn_at, 0.9);
+
+        // A model's own compact_at.
+        let with_model = TWO_MODELS.replace(
+            "[models.gpt]\n",
+            "[models.gpt]\n        compact_at = 0.6\n",
+        );
+        let settings = resolve(&format!("db = \"sqlite://t.db\"\n{with_model}")).unwrap();
+        assert_eq!(settings.engine.context.compact_at_for("gpt"), 0.6);
+        assert_eq!(settings.engine.context.compact_at_for("sonnet"), 0.8);
+
+        for (toml, says) in [
+            ("[context]\ncompact_at = 1.5\n", "compact_at = 1.5"),
+            ("[context]\nkeep_recent = 0.9\n", "keep_recent = 0.9 must be below"),
+            ("[context]\nsummary_model = \"nope\"\n", "summary_model = \"nope\""),
+            ("[context]\ncompact = 0.5\n", "unknown field"),
+            ("[budgets]\nturn_max_cost = -1.0\n", "turn_max_cost = -1"),
+            ("[budgets]\nwarn_at = 0\n", "warn_at"),
+        ] {
+            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
+            let Err(error) = resolve(&toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
+    }
+
     /// One model as the tests compare it: name, provider kind, model id,
     /// fallbacks.
     type Described = (String, String, String, Vec<String>);

@@ -110,6 +110,8 @@ impl Family {
 #[derive(Debug, Default)]
 pub struct Counts {
     messages: HashMap<(MessageId, Family), u64>,
+    /// Whole tool results that may be cut, by message and block.
+    results: HashMap<(MessageId, usize, Family), u64>,
     fixed: Option<(Family, String, usize, u64)>,
 }
 
@@ -122,9 +124,12 @@ impl Counts {
             .or_insert_with(|| family.message(m))
     }
 
-    /// Forgets message `id` (its view changed: a cut result).
-    pub fn forget(&mut self, id: MessageId) {
-        self.messages.retain(|(m, _), _| *m != id);
+    /// Tokens of block `block` of message `id`, a tool result `text`.
+    pub fn result(&mut self, family: Family, id: MessageId, block: usize, text: &str) -> u64 {
+        *self
+            .results
+            .entry((id, block, family))
+            .or_insert_with(|| family.count(text))
     }
 
     /// Tokens of the system prompt and the tools.

@@ -36,8 +36,8 @@ pub fn view(
     let mut view = compacted(path);
     if let Some(limit) = max_result_tokens {
         for m in view.messages.iter_mut() {
-            if m.role == Role::Tool && cut_results(m, family, limit) {
-                counts.forget(m.id);
+            if m.role == Role::Tool {
+                cut_results(m, family, limit, counts);
             }
         }
     }
@@ -101,10 +101,12 @@ fn summary_message(node: &Message, summary: &str) -> Message {
 }
 
 /// Cuts each result of tool message `m` over `limit` tokens: its head and
-/// tail kept, a note in between. Says whether one was cut.
-fn cut_results(m: &mut Message, family: Family, limit: u64) -> bool {
+/// tail kept, a note in between. Says whether one was cut. A result's
+/// count is kept in `counts`: each step cuts again, without counting.
+fn cut_results(m: &mut Message, family: Family, limit: u64, counts: &mut Counts) -> bool {
     let mut cut = false;
-    for block in m.content.iter_mut() {
+    let id = m.id;
+    for (i, block) in m.content.iter_mut().enumerate() {
         let ContentBlock::ToolResult { content, .. } = block else {
             continue;
         };
@@ -112,7 +114,7 @@ fn cut_results(m: &mut Message, family: Family, limit: u64) -> bool {
         if (content.len() as u64) <= limit {
             continue;
         }
-        let tokens = family.count(content);
+        let tokens = counts.result(family, id, i, content);
         if tokens <= limit {
             continue;
         }
@@ -212,7 +214,7 @@ mod tests {
                 images: Vec::new(),
             }],
         );
-        assert!(cut_results(&mut m, Family::O200k, 500));
+        assert!(cut_results(&mut m, Family::O200k, 500, &mut Counts::default()));
         let ContentBlock::ToolResult { content, .. } = &m.content[0] else {
             panic!()
         };

@@ -142,9 +142,13 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
     let (id, date) = (m.id, m.created_at);
     let mut out = Vec::new();
     match m.role {
+        // A compaction node shows its summary, as the model reads it.
         Role::System => out.push(with(
             base("system_message", id, date, None),
-            json!({"content": m.text()}),
+            json!({"content": m.compaction().map_or_else(
+                || m.text(),
+                |(summary, _)| format!("{}\n\n{summary}", toolwire_engine::context::SUMMARY_INTRO),
+            )}),
         )),
         Role::User => {
             let text = with_mentions(m.text(), m.images());
