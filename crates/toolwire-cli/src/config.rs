@@ -1130,7 +1130,10 @@ mod tests {
         )
         .unwrap();
         let c = &settings.engine.context;
-        assert_eq!((c.compact_at, c.keep_recent, c.max_tool_result), (0.7, 0.2, 0.1));
+        assert_eq!(
+            (c.compact_at, c.keep_recent, c.max_tool_result),
+            (0.7, 0.2, 0.1)
+        );
         let b = &settings.engine.budgets;
         assert_eq!(b.turn.max_tokens, Some(5000));
         assert_eq!(b.conversation.max_cost, Some(2.5));
@@ -1138,18 +1141,22 @@ mod tests {
         assert_eq!(b.warn_at, 0.9);
 
         // A model's own compact_at.
-        let with_model = TWO_MODELS.replace(
-            "[models.gpt]\n",
-            "[models.gpt]\n        compact_at = 0.6\n",
-        );
+        let with_model =
+            TWO_MODELS.replace("[models.gpt]\n", "[models.gpt]\n        compact_at = 0.6\n");
         let settings = resolve(&format!("db = \"sqlite://t.db\"\n{with_model}")).unwrap();
         assert_eq!(settings.engine.context.compact_at_for("gpt"), 0.6);
         assert_eq!(settings.engine.context.compact_at_for("sonnet"), 0.8);
 
         for (toml, says) in [
             ("[context]\ncompact_at = 1.5\n", "compact_at = 1.5"),
-            ("[context]\nkeep_recent = 0.9\n", "keep_recent = 0.9 must be below"),
-            ("[context]\nsummary_model = \"nope\"\n", "summary_model = \"nope\""),
+            (
+                "[context]\nkeep_recent = 0.9\n",
+                "keep_recent = 0.9 must be below",
+            ),
+            (
+                "[context]\nsummary_model = \"nope\"\n",
+                "summary_model = \"nope\"",
+            ),
             ("[context]\ncompact = 0.5\n", "unknown field"),
             ("[budgets]\nturn_max_cost = -1.0\n", "turn_max_cost = -1"),
             ("[budgets]\nwarn_at = 0\n", "warn_at"),

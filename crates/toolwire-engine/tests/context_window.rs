@@ -210,6 +210,16 @@ async fn a_200_step_loop_ten_times_the_window_stays_under_it() {
         assert!(*covered > 0);
         assert!(tokens_after < tokens_before);
         assert_eq!(node.role, Role::System);
+        // It covers the path from the root's child through `through`,
+        // earlier nodes aside.
+        let path = engine.store().path_to(node.id).await.unwrap();
+        let through = node.compaction().unwrap().1;
+        let end = path.iter().position(|m| m.id == through).unwrap();
+        let count = path[1..=end]
+            .iter()
+            .filter(|m| m.compaction().is_none())
+            .count();
+        assert_eq!(*covered as usize, count);
     }
 
     // A fork from before the first compaction sends the originals.

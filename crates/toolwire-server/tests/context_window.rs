@@ -33,7 +33,9 @@ async fn claude() -> (MockServer, Windowed, Arc<AtomicUsize>) {
     let server = MockServer::start(vec![window.reply(move |r| {
         if is_summary_request(r) {
             let k = s.fetch_add(1, Ordering::SeqCst);
-            Answer::Text(format!("Summary {k}: the user sent notes about the project."))
+            Answer::Text(format!(
+                "Summary {k}: the user sent notes about the project."
+            ))
         } else {
             Answer::Text("Noted.".into())
         }
@@ -129,7 +131,11 @@ async fn letta_summarize_stores_a_node_the_tree_shows_and_later_turns_send() {
     }
 
     let (status, done) = s
-        .call("POST", &format!("/v1/agents/{id}/summarize"), Some(json!({})))
+        .call(
+            "POST",
+            &format!("/v1/agents/{id}/summarize"),
+            Some(json!({})),
+        )
         .await;
     assert_eq!(status, 200, "{done}");
     assert!(done["covered"].as_u64().unwrap() >= 1, "{done}");
@@ -159,13 +165,21 @@ async fn letta_summarize_stores_a_node_the_tree_shows_and_later_turns_send() {
     let (status, view) = s
         .call(
             "GET",
-            &format!("/v1/conversations/{conv}/messages/{}", node["id"].as_str().unwrap()),
+            &format!(
+                "/v1/conversations/{conv}/messages/{}",
+                node["id"].as_str().unwrap()
+            ),
             None,
         )
         .await;
     assert_eq!(status, 200);
     assert_eq!(view["content_blocks"][0]["type"], "compaction");
-    assert!(view["content_blocks"][0]["summary"].as_str().unwrap().starts_with("Summary 0"));
+    assert!(
+        view["content_blocks"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Summary 0")
+    );
 
     // Letta's history shows it as a system message with the summary.
     let (_, history) = s
@@ -213,6 +227,25 @@ async fn the_live_compact_route_starts_a_run_whose_node_comes_over_the_socket() 
     assert_eq!(status, 201, "{conv}");
     let conv = conv["id"].as_str().unwrap().to_owned();
     let mut socket = s.socket(&format!("/v1/conversations/{conv}/ws")).await;
+    // An empty conversation: nothing to compact, nothing stored.
+    let (status, r) = s
+        .call("POST", &format!("/v1/conversations/{conv}/compact"), None)
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let frames = support::frames_until(&mut socket, |f| f["type"] == "stop").await;
+    let stop = frames.last().unwrap();
+    assert_eq!(stop["reason"], "error");
+    assert!(
+        stop["error"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to compact")
+    );
+    let (_, tree) = s
+        .call("GET", &format!("/v1/conversations/{conv}/tree"), None)
+        .await;
+    assert_eq!(tree["nodes"].as_array().unwrap().len(), 1);
+
     for n in 0..3 {
         let (status, r) = s
             .call(
@@ -236,16 +269,11 @@ async fn the_live_compact_route_starts_a_run_whose_node_comes_over_the_socket() 
     assert_eq!(node["role"], "system");
     assert_eq!(node["content_blocks"][0]["type"], "compaction");
     assert_eq!(frames.last().unwrap()["reason"], "end_turn");
-
-    // Again at once: only the newest messages are left; nothing stored.
-    let (status, r) = s
-        .call("POST", &format!("/v1/conversations/{conv}/compact"), None)
+    let (_, tree) = s
+        .call("GET", &format!("/v1/conversations/{conv}/tree"), None)
         .await;
-    assert_eq!(status, 202, "{r}");
-    let frames = support::frames_until(&mut socket, |f| f["type"] == "stop").await;
-    let stop = frames.last().unwrap();
-    assert_eq!(stop["reason"], "error");
-    assert!(stop["error"].as_str().unwrap().contains("nothing to compact"));
+    assert_eq!(compaction_nodes(&tree).len(), 1);
+    assert_eq!(tree["active_leaf"], node["message_id"]);
 }
 
 #[tokio::test]
@@ -276,5 +304,18 @@ async fn an_agent_budget_stops_a_turn_with_lettas_nearest_reason() {
     let (n, reply) = stopped.expect("the budget stopped a turn");
     assert!(n >= 2, "stopped at turn {n}");
     assert_eq!(reply["stop_reason"]["stop_reason"], "max_steps", "{reply}");
-    assert!(reply.to_string().contains("the agent's token budget"), "{reply}");
+    let error = reply["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["message_type"] == "error_message")
+        .expect("an error message");
+    assert_eq!(error["error_type"], "budget_exceeded");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("the agent's token budget"),
+        "{reply}"
+    );
 }

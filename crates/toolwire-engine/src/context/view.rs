@@ -214,7 +214,12 @@ mod tests {
                 images: Vec::new(),
             }],
         );
-        assert!(cut_results(&mut m, Family::O200k, 500, &mut Counts::default()));
+        assert!(cut_results(
+            &mut m,
+            Family::O200k,
+            500,
+            &mut Counts::default()
+        ));
         let ContentBlock::ToolResult { content, .. } = &m.content[0] else {
             panic!()
         };

@@ -189,10 +189,11 @@ impl Turn<'_> {
             .iter()
             .position(|m| m.id == plan.through)
             .unwrap_or(0);
-        let covered_count = view.messages[1..=through_index]
-            .iter()
-            .filter(|m| m.compaction().is_none())
-            .count() as u32
+        // The earlier summary (index 1, if any) is not a message of the
+        // path: what it covered is counted from its node.
+        let first = if view.compaction.is_some() { 2 } else { 1 };
+        let covered_count = view.messages[first.min(through_index + 1)..=through_index].len()
+            as u32
             + view
                 .compaction
                 .as_ref()

@@ -470,15 +470,20 @@ impl LiveRenderer {
         let mut out = Vec::new();
         if let (
             Some(error),
-            StopReason::Error | StopReason::LlmApiError | StopReason::Interrupted,
+            StopReason::Error
+            | StopReason::LlmApiError
+            | StopReason::Interrupted
+            | StopReason::BudgetExceeded,
         ) = (&end.error, end.reason)
         {
             out.push(json!({
                 "message_type": "error_message",
-                // Letta's stop reasons have no `interrupted`; the error
-                // says it (a turn cut by a shutdown or a crash).
+                // Letta's stop reasons have no `interrupted` nor a budget;
+                // the error says it (a turn cut by a shutdown or a crash,
+                // the budget used up).
                 "error_type": match end.reason {
                     StopReason::Interrupted => "interrupted",
+                    StopReason::BudgetExceeded => "budget_exceeded",
                     other => stop_reason(other),
                 },
                 "message": error,
