@@ -14,6 +14,8 @@ pub fn stop_reason(reason: StopReason) -> Option<acp::StopReason> {
         StopReason::EndTurn => Some(acp::StopReason::EndTurn),
         StopReason::MaxSteps => Some(acp::StopReason::MaxTurnRequests),
         StopReason::Cancelled => Some(acp::StopReason::Cancelled),
+        // A token or cost budget: ACP's nearest.
+        StopReason::BudgetExceeded => Some(acp::StopReason::MaxTokens),
         // Paused turns are answered through `session/request_permission`
         // and go on; one still paused here could not be asked about.
         StopReason::RequiresApproval

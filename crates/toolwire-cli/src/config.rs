@@ -20,6 +20,7 @@ use toolwire_tools::confined::{Limits, Mode, Policy, Sandbox};
 use toolwire_tools::mcp::{self, McpServerConfig};
 use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
+mod context;
 mod models;
 
 use models::ModelFile;
@@ -128,8 +129,11 @@ pub struct EngineArgs {
     /// TOML config file with the same keys as these flags, and prices,
     /// model bounds (max_tokens, first_byte_timeout_secs,
     /// stream_idle_timeout_secs, max_retry_after_secs,
-    /// max_step_output_bytes, max_step_events) and named models
-    /// (default_model, [models.NAME]; see docs/configuration.md).
+    /// max_step_output_bytes, max_step_events), named models
+    /// (default_model, [models.NAME]), the context window ([context]:
+    /// compact_at, keep_recent, max_tool_result, summary_model) and
+    /// budgets ([budgets]: turn_, conversation_, agent_ max_tokens and
+    /// max_cost, warn_at); see docs/configuration.md.
     #[arg(long, env = "TOOLWIRE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Model API [default: scripted demo when no model is configured].
@@ -255,6 +259,12 @@ struct FileConfig {
     /// `[sandbox]`: what commands and Python tools may do.
     #[serde(default)]
     sandbox: SandboxFile,
+    /// `[context]`: compaction and oversized tool results.
+    #[serde(default)]
+    context: context::ContextFile,
+    /// `[budgets]`: token and cost limits per turn, conversation, agent.
+    #[serde(default)]
+    budgets: context::BudgetsFile,
 }
 
 /// The `[sandbox]` table.
@@ -622,6 +632,11 @@ impl EngineArgs {
             Some(ToolFormatArg::Xml) => ToolFormat::Xml,
             _ => ToolFormat::Native,
         };
+        let compact_at_per_model = file
+            .models
+            .iter()
+            .filter_map(|(name, m)| m.compact_at().map(|c| (name.clone(), c)))
+            .collect();
         let models = ModelSettings::resolve(
             models::Flags {
                 provider: self.provider.or(file.provider),
@@ -650,6 +665,19 @@ impl EngineArgs {
             })
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| self.invalid("the MCP servers"))?;
+        let model_names: Vec<String> = models
+            .specs
+            .iter()
+            .filter_map(|s| s.name.clone().or_else(|| s.model.clone()))
+            .collect();
+        let context = file
+            .context
+            .settings(compact_at_per_model, &model_names)
+            .with_context(|| self.invalid("the context settings"))?;
+        let budgets = file
+            .budgets
+            .budgets()
+            .with_context(|| self.invalid("the budgets"))?;
         let defaults = EngineConfig::default();
         let failover = file
             .failover_secs
@@ -700,6 +728,8 @@ impl EngineArgs {
                 heartbeat_interval: failover
                     .map(|f| f / 3)
                     .unwrap_or(defaults.heartbeat_interval),
+                context,
+                budgets,
                 ..defaults
             },
             models,
@@ -1178,6 +1208,55 @@ mod tests {
                 "[acp.modes.ask]\nnetwork = true\n",
                 "unknown field `network`",
             ),
+        ] {
+            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
+            let Err(error) = resolve(&toml) else {
+                panic!("{toml} was accepted");
+            };
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_context_and_budget_tables_reach_the_engine_and_name_what_is_wrong() {
+        let settings = resolve(
+            "db = \"sqlite://t.db\"\n[context]\ncompact_at = 0.7\nkeep_recent = 0.2\n\
+             max_tool_result = 0.1\n[budgets]\nturn_max_tokens = 5000\n\
+             conversation_max_cost = 2.5\nagent_max_tokens = 90000\nwarn_at = 0.9\n",
+        )
+        .unwrap();
+        let c = &settings.engine.context;
+        assert_eq!(
+            (c.compact_at, c.keep_recent, c.max_tool_result),
+            (0.7, 0.2, 0.1)
+        );
+        let b = &settings.engine.budgets;
+        assert_eq!(b.turn.max_tokens, Some(5000));
+        assert_eq!(b.conversation.max_cost, Some(2.5));
+        assert_eq!(b.agent.max_tokens, Some(90000));
+        assert_eq!(b.warn_at, 0.9);
+
+        // A model's own compact_at.
+        let with_model =
+            TWO_MODELS.replace("[models.gpt]\n", "[models.gpt]\n        compact_at = 0.6\n");
+        let settings = resolve(&format!("db = \"sqlite://t.db\"\n{with_model}")).unwrap();
+        assert_eq!(settings.engine.context.compact_at_for("gpt"), 0.6);
+        assert_eq!(settings.engine.context.compact_at_for("sonnet"), 0.8);
+
+        for (toml, says) in [
+            ("[context]\ncompact_at = 1.5\n", "compact_at = 1.5"),
+            (
+                "[context]\nkeep_recent = 0.9\n",
+                "keep_recent = 0.9 must be below",
+            ),
+            (
+                "[context]\nsummary_model = \"nope\"\n",
+                "summary_model = \"nope\"",
+            ),
+            ("[context]\ncompact = 0.5\n", "unknown field"),
+            ("[budgets]\nturn_max_cost = -1.0\n", "turn_max_cost = -1"),
+            ("[budgets]\nwarn_at = 0\n", "warn_at"),
         ] {
             let toml = format!("db = \"sqlite://t.db\"\n{toml}");
             let Err(error) = resolve(&toml) else {

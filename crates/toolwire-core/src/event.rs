@@ -29,6 +29,9 @@ pub enum StopReason {
     Interrupted,
     /// Paused: tool calls wait for approval or for the client's result.
     RequiresApproval,
+    /// A token or cost budget (of the turn, the conversation or the
+    /// agent) was used up; the error names which.
+    BudgetExceeded,
 }
 
 impl StopReason {
@@ -42,6 +45,7 @@ impl StopReason {
             StopReason::LlmApiError => "llm_api_error",
             StopReason::Interrupted => "interrupted",
             StopReason::RequiresApproval => "requires_approval",
+            StopReason::BudgetExceeded => "budget_exceeded",
         }
     }
 
@@ -55,6 +59,7 @@ impl StopReason {
             "llm_api_error" => StopReason::LlmApiError,
             "interrupted" => StopReason::Interrupted,
             "requires_approval" => StopReason::RequiresApproval,
+            "budget_exceeded" => StopReason::BudgetExceeded,
             _ => return None,
         })
     }
@@ -286,6 +291,28 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost: Option<f64>,
     },
+    /// The older part of the path was summarised: `message` is the
+    /// stored compaction node (its content a
+    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction)).
+    ContextCompacted {
+        /// The turn (or on-demand compaction) this happened in.
+        run_id: RunId,
+        /// The stored compaction node.
+        message: Message,
+    },
+    /// A budget is nearly used up (its `warn_at` share passed).
+    BudgetWarning {
+        /// The turn this happened in.
+        run_id: RunId,
+        /// Which budget: `turn`, `conversation` or `agent`.
+        scope: String,
+        /// What it limits: `tokens` or `cost`.
+        measure: String,
+        /// Used so far (tokens, or US dollars).
+        used: f64,
+        /// The limit.
+        limit: f64,
+    },
     /// The turn ended.
     Stopped {
         /// The turn this happened in.
@@ -321,6 +348,8 @@ impl AgentEvent {
             | AgentEvent::NotificationsInjected { run_id, .. }
             | AgentEvent::UserInterjection { run_id, .. }
             | AgentEvent::FinalResponse { run_id, .. }
+            | AgentEvent::ContextCompacted { run_id, .. }
+            | AgentEvent::BudgetWarning { run_id, .. }
             | AgentEvent::Stopped { run_id, .. } => *run_id,
         }
     }

@@ -102,6 +102,21 @@ pub enum ContentBlock {
     /// An image (a user's, or one an interjection carried), stored once
     /// by hash: `{"type":"image","media_type":…,"sha256":…,"bytes_len":…}`.
     Image(BlobRef),
+    /// A compaction node's summary: on its branch, requests send it in
+    /// place of the path from the root's child through `through` (the
+    /// messages stay stored; a branch from before the node sends them).
+    Compaction {
+        /// The summary, as the model reads it.
+        summary: String,
+        /// The last message of the path it covers.
+        through: MessageId,
+        /// How many messages of the path it covers.
+        covered: u32,
+        /// Tokens of the request before compaction.
+        tokens_before: u64,
+        /// Tokens of the summary.
+        tokens_after: u64,
+    },
     /// A notification delivered to the model.
     Notification {
         /// Who reported it (a watcher, a task, a client).
@@ -255,6 +270,17 @@ impl Message {
             .collect()
     }
 
+    /// The compaction this message is, if it is a compaction node: its
+    /// summary and the last message it covers.
+    pub fn compaction(&self) -> Option<(&str, MessageId)> {
+        self.content.iter().find_map(|b| match b {
+            ContentBlock::Compaction {
+                summary, through, ..
+            } => Some((summary.as_str(), *through)),
+            _ => None,
+        })
+    }
+
     /// Every image the message refers to, in order (its own and its tool
     /// results').
     pub fn images(&self) -> impl Iterator<Item = &BlobRef> {
@@ -297,6 +323,9 @@ impl Message {
                 }
                 ContentBlock::Image(image) => image.mention(),
                 ContentBlock::Notification { source, text, .. } => format!("[{source}] {text}"),
+                ContentBlock::Compaction {
+                    summary, covered, ..
+                } => format!("[compaction of {covered} messages] {summary}"),
             };
             if !s.is_empty() {
                 s.push(' ');

@@ -113,14 +113,24 @@ pub fn regeneration_parent(original: &Message) -> Result<MessageId, TreeError> {
 }
 
 /// Copies of `path` (root first) for conversation `into`, with fresh ids
-/// and parents rewired to the copies.
+/// and parents rewired to the copies; a compaction node's `through` names
+/// the copy of the message it covers up to.
 pub fn fork_copy(path: &[Message], into: ConversationId) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(path.len());
+    let mut copied: HashMap<MessageId, MessageId> = HashMap::new();
     for m in path {
         let mut copy = m.clone();
         copy.id = MessageId::new();
         copy.conversation_id = into;
         copy.parent_id = out.last().map(|p| p.id);
+        for block in copy.content.iter_mut() {
+            if let ContentBlock::Compaction { through, .. } = block
+                && let Some(c) = copied.get(through)
+            {
+                *through = *c;
+            }
+        }
+        copied.insert(m.id, copy.id);
         out.push(copy);
     }
     out

@@ -53,6 +53,11 @@ pub struct EngineConfig {
     /// above `heartbeat_interval`: a busy runtime or a database locked by a
     /// writer delays beats, and hosts' clocks differ a little.
     pub stale_owner_after: std::time::Duration,
+    /// Keeping requests within their model's window: compaction and
+    /// oversized tool results.
+    pub context: crate::context::ContextSettings,
+    /// Token and cost budgets (none set by default).
+    pub budgets: crate::context::Budgets,
 }
 
 impl Default for EngineConfig {
@@ -75,6 +80,8 @@ impl Default for EngineConfig {
             notifications: NotificationSettings::default(),
             heartbeat_interval: std::time::Duration::from_secs(10),
             stale_owner_after: std::time::Duration::from_secs(30),
+            context: crate::context::ContextSettings::default(),
+            budgets: crate::context::Budgets::default(),
         }
     }
 }

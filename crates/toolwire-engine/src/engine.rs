@@ -699,6 +699,36 @@ impl Engine {
         .await
     }
 
+    /// Starts an on-demand compaction of `conversation`'s active branch
+    /// (see [`Engine::compact`]): under the lock a turn starts under, so
+    /// that the leaf it compacts is the one the next turn continues.
+    pub(crate) async fn start_compaction(
+        &self,
+        conversation: ConversationId,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
+        let editing = self.inner.edits.hold(conversation).await;
+        let leaf = self.active_leaf(conversation).await?;
+        // Its calls wait for answers: a node after them would come
+        // between the calls and their results.
+        if let Some(pending) = self.pending_approval(conversation).await?
+            && pending.message_id == leaf
+        {
+            return Err(EngineError::ApprovalPending {
+                conversation,
+                message_id: pending.message_id,
+            });
+        }
+        self.start_turn_held(
+            editing,
+            conversation,
+            turn::Start::Compact(leaf),
+            options,
+            Origin::Engine,
+        )
+        .await
+    }
+
     /// The options of the turns this engine starts itself in
     /// `conversation` (a wake, an interjection with no turn running):
     /// those of the conversation's last turn started through `send_with`,

@@ -28,15 +28,21 @@
 //! `set_system_prompt`, refused while a turn runs, `edit.rs`; their own
 //! records, `records.rs`).
 //!
+//! Requests stay within the model's context window ([`context`]): the
+//! older part of a branch is summarised into a compaction node of the
+//! tree (nothing stored changes; a branch from before it sends the
+//! originals), oversized tool results are sent cut; budgets stop a turn.
+//!
 //! **Entry points.** [`Engine`] (`start`, `send_with`, `respond`,
-//! `follow`), [`TurnOptions`], [`watch::start`] (the workspace's file
-//! watcher, a notification source).
+//! `follow`, `compact`), [`TurnOptions`], [`watch::start`] (the
+//! workspace's file watcher, a notification source).
 
 mod approval;
 mod bus;
 mod chosen_model;
 mod cluster;
 mod config;
+pub mod context;
 mod edit;
 mod engine;
 mod error;

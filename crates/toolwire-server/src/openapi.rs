@@ -154,6 +154,15 @@ const OPERATIONS: &[Operation] = &[
         "NotificationResponse",
     ),
     (
+        "post",
+        "/v1/agents/{agent_id}/summarize",
+        "summarize_agent",
+        "Compact the agent's conversation: its older messages summarised into a compaction \
+         node of the tree (they stay stored)",
+        Some("SummarizeRequest"),
+        "Compaction",
+    ),
+    (
         "get",
         "/v1/models",
         "list_models",
@@ -260,6 +269,14 @@ const OPERATIONS: &[Operation] = &[
         "ConversationSummary",
     ),
     (
+        "post",
+        "/v1/conversations/{conversation_id}/compact",
+        "compact_conversation",
+        "Compact the active branch: a run that stores a compaction node (its end comes over the socket)",
+        Some("CompactRequest"),
+        "RunAccepted",
+    ),
+    (
         "put",
         "/v1/conversations/{conversation_id}/active_leaf",
         "set_active_leaf",
@@ -275,7 +292,8 @@ fn ok_status(id: &str) -> &'static str {
         "create_conversation" | "fork_conversation" => "201",
         "send_conversation_message"
         | "edit_conversation_message"
-        | "regenerate_conversation_message" => "202",
+        | "regenerate_conversation_message"
+        | "compact_conversation" => "202",
         _ => "200",
     }
 }
@@ -337,6 +355,12 @@ fn live_schemas() -> Map<String, Value> {
             "tool_call_id": string(), "tool_name": string(),
         }), &["tool_call_id", "tool_name"])},
         "notifications": unsigned(u32::MAX.into()),
+        "compaction": object(json!({
+            "through": uuid(),
+            "covered": unsigned(u32::MAX.into()),
+            "tokens_before": unsigned(u64::MAX),
+            "tokens_after": unsigned(u64::MAX),
+        }), &["through", "covered", "tokens_before", "tokens_after"]),
     });
     let node_required = [
         "id",
@@ -355,8 +379,8 @@ fn live_schemas() -> Map<String, Value> {
     let mut view_properties = node_properties.clone();
     view_properties["content_blocks"] = json!({"type": "array", "items": {
         "type": "object",
-        "description": "A content block in the core's form, by `type`: text, reasoning, tool_use, tool_result or notification",
-        "properties": {"type": {"type": "string", "enum": ["text", "reasoning", "tool_use", "tool_result", "notification"]}},
+        "description": "A content block in the core's form, by `type`: text, reasoning, tool_use, tool_result, image, notification or compaction",
+        "properties": {"type": {"type": "string", "enum": ["text", "reasoning", "tool_use", "tool_result", "image", "notification", "compaction"]}},
         "required": ["type"],
     }});
     view_properties["siblings"] = object(
@@ -452,6 +476,10 @@ fn live_schemas() -> Map<String, Value> {
         ),
         (
             "RegenerateRequest",
+            object(json!({"model": nullable(string())}), &[]),
+        ),
+        (
+            "CompactRequest",
             object(json!({"model": nullable(string())}), &[]),
         ),
         (
@@ -745,6 +773,15 @@ fn schemas() -> Value {
             "id": {"type": "string"},
         }), &["data"]),
         "CancelRequest": object(json!({"run_ids": nullable(strings())}), &[]),
+        "SummarizeRequest": object(json!({
+            "max_message_length": nullable(unsigned(u64::MAX)),
+        }), &[]),
+        "Compaction": object(json!({
+            "message_id": {"type": "string", "format": "uuid"},
+            "covered": unsigned(u32::MAX.into()),
+            "tokens_before": unsigned(u64::MAX),
+            "tokens_after": unsigned(u64::MAX),
+        }), &["message_id", "covered", "tokens_before", "tokens_after"]),
         "NotificationRequest": object(json!({
             "source": nullable(json!({"type": "string"})),
             "text": {"type": "string", "minLength": 1},

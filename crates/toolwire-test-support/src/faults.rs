@@ -50,3 +50,27 @@ pub fn anthropic_error_mid_stream(text_before: &str) -> Reply {
     );
     Reply::sse(body)
 }
+
+/// OpenAI's answer to a request over the model's context window (HTTP
+/// 400, `context_length_exceeded`).
+pub fn openai_context_exceeded(window: u64, tokens: u64) -> Reply {
+    Reply::Status {
+        code: 400,
+        headers: Vec::new(),
+        body: format!(
+            r#"{{"error":{{"message":"This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}}}"#
+        ),
+    }
+}
+
+/// Anthropic's answer to a prompt over the model's window (HTTP 400,
+/// `prompt is too long`).
+pub fn anthropic_prompt_too_long(window: u64, tokens: u64) -> Reply {
+    Reply::Status {
+        code: 400,
+        headers: Vec::new(),
+        body: format!(
+            r#"{{"type":"error","error":{{"type":"invalid_request_error","message":"prompt is too long: {tokens} tokens > {window} maximum"}}}}"#
+        ),
+    }
+}

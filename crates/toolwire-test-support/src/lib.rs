@@ -6,7 +6,8 @@
 //! faults such as error statuses, cut streams, stalls and slow chunks), the
 //! SSE bodies of OpenAI chat, OpenAI Responses and Anthropic ([`sse`]),
 //! Anthropic's prompt cache as the mock reports it ([`anthropic_cache`]), the provider error
-//! bodies the real APIs send ([`faults`]), engines over a temporary SQLite
+//! bodies the real APIs send ([`faults`]), models with a context window
+//! that refuse a request over it as the real APIs do ([`window`]), engines over a temporary SQLite
 //! file with the scripted or any provider ([`engine`]), echo tools
 //! ([`tools`]), process checks ([`processes`]), sandboxes through a crate's
 //! helper binary ([`sandbox`]) and MCP servers on loopback ([`mcp_http`]).
@@ -29,6 +30,7 @@ pub mod processes;
 pub mod sandbox;
 pub mod sse;
 pub mod tools;
+pub mod window;
 
 // Flat names, so that a test's `use toolwire_test_support as support;`
 // reads as `support::MockServer`, `support::openai_sse`.
@@ -39,5 +41,8 @@ pub use engine::{
 };
 pub use mock_model::{MockServer, Received, Reply, Request, read_request};
 pub use processes::{gone, marker, none_with, running_with, some_with};
-pub use sse::{Call, anthropic_sse, anthropic_sse_with_usage, openai_sse, responses_sse};
+pub use sse::{
+    Call, anthropic_sse, anthropic_sse_with_usage, openai_sse, openai_sse_with_usage, responses_sse,
+};
 pub use tools::{EchoTool, echo_tool, echo_tools};
+pub use window::{Answer, Windowed, Wire, is_summary_request, request_tokens};

@@ -15,6 +15,15 @@ pub struct Call<'a> {
 /// An OpenAI chat completions SSE body: text, then calls (argument text in
 /// 7-byte fragments), finish, usage, `[DONE]`.
 pub fn openai_sse(text: &str, calls: &[Call<'_>]) -> String {
+    openai_sse_with_usage(
+        text,
+        calls,
+        json!({"prompt_tokens": 100, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 40}}),
+    )
+}
+
+/// [`openai_sse`] reporting `usage` (the chunk's `usage` object).
+pub fn openai_sse_with_usage(text: &str, calls: &[Call<'_>], usage: Value) -> String {
     let mut out = String::new();
     let mut data = |v: Value| out.push_str(&format!("data: {v}\n\n"));
     data(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}));
@@ -40,9 +49,7 @@ pub fn openai_sse(text: &str, calls: &[Call<'_>]) -> String {
         "tool_calls"
     };
     data(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
-    data(
-        json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 40}}}),
-    );
+    data(json!({"choices": [], "usage": usage}));
     out.push_str("data: [DONE]\n\n");
     out
 }

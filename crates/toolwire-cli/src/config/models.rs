@@ -47,6 +47,16 @@ pub(super) struct ModelFile {
     /// Anthropic prompt-cache breakpoints in its requests (default true;
     /// other providers cache on their own).
     prompt_caching: Option<bool>,
+    /// Share of its window past which a request is compacted first
+    /// (default: `[context] compact_at`).
+    compact_at: Option<f64>,
+}
+
+impl ModelFile {
+    /// Its `compact_at`, if set.
+    pub(super) fn compact_at(&self) -> Option<f64> {
+        self.compact_at
+    }
 }
 
 /// The single-model settings (flags, `TOOLWIRE_*` variables, top-level

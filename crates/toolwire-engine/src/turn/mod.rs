@@ -12,6 +12,7 @@
 //! anything the turn held.
 
 mod assemble;
+mod fit;
 mod step;
 mod tools;
 
@@ -64,6 +65,12 @@ pub struct TurnOptions {
     /// The shape the model's answers must take (see
     /// `toolwire_providers::ModelRequest::response_format`).
     pub response_format: Option<serde_json::Value>,
+    /// Budgets in place of the engine's (`EngineConfig::budgets`).
+    pub budgets: Option<crate::context::Budgets>,
+    /// What the agent this turn runs for spent before it, all its
+    /// conversations together: the agent budget counts from it (none: no
+    /// agent budget applies).
+    pub agent_spent: Option<crate::context::Spent>,
 }
 
 /// How a turn ended.
@@ -100,6 +107,9 @@ pub(crate) enum Start {
         decisions: HashMap<ToolCallId, Decision>,
         then: Option<String>,
     },
+    /// Compacting the path to this leaf now (on demand), without a
+    /// model step: the turn ends with the compaction node.
+    Compact(MessageId),
     /// Ending a pause without going on: its calls are answered as not run
     /// and the turn stops as cancelled.
     Abandon {
@@ -187,6 +197,8 @@ struct Turn<'a> {
     /// The bytes of the images its steps sent, by SHA-256: each read from
     /// the store once per turn.
     blobs: HashMap<String, Arc<[u8]>>,
+    /// Token counts and budget state (`fit.rs`).
+    fit: fit::Fit,
 }
 
 /// Runs a turn to its end: stores how it ended and publishes it, whether
@@ -219,6 +231,7 @@ pub(crate) async fn run(
         options,
         begun: Some(begun),
         blobs: HashMap::new(),
+        fit: fit::Fit::default(),
     };
     // The turn's state is dropped with it; only the store is read after.
     let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {
@@ -320,6 +333,11 @@ impl Turn<'_> {
                 self.store_carrying(&user, events, batch).await?;
                 self.begin();
             }
+            Start::Compact(leaf) => {
+                self.leaf = leaf;
+                self.begin();
+                return self.compact_now().await;
+            }
             Start::From(id) => {
                 self.leaf = id;
                 self.cx.store.set_active_leaf(self.conversation, id).await?;
@@ -347,6 +365,7 @@ impl Turn<'_> {
         let max_steps = self.options.max_steps.unwrap_or(self.cx.config.max_steps);
         for step in 1..=max_steps {
             let iteration = self.iterations_before + step;
+            self.check_budgets().await?;
             let (assistant, calls, path) = self.model_step(iteration).await?;
             if calls.is_empty() {
                 return Ok(assistant);

@@ -42,10 +42,12 @@ impl<'a> Turn<'a> {
         // fallback) to the message they become; announced with the first
         // batch (no write of its own).
         let message_id = MessageId::new();
-        let images = self.images(&path).await?;
+        // What the request sends: within the model's window (`fit.rs`).
+        let sent = self.fit(&mut path, iteration).await?;
+        let images = self.images(&sent).await?;
         let started = Instant::now();
         let (stream, answering) = tokio::select! {
-            s = self.open_stream(&path, iteration, message_id, &images) => s?,
+            s = self.open_stream(&sent, iteration, message_id, &images) => s?,
             _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
         let mut step = StepState::new(self.tool_format(answering));

@@ -6,6 +6,7 @@
 //! the other.
 
 pub mod approvals;
+pub mod budget;
 pub mod ids;
 pub mod models;
 pub mod options;

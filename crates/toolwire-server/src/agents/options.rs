@@ -6,7 +6,7 @@ use toolwire_core::ConversationId;
 use toolwire_engine::TurnOptions;
 
 use crate::agents::tools::{all_tools, registry};
-use crate::agents::{self, AgentRecord, models};
+use crate::agents::{self, AgentRecord, budget, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -21,6 +21,7 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
         require_approval: agent.approval_set(&all),
         model: Some(model.info.name.clone()),
         response_format: response_format(agent),
+        agent_spent: budget::agent_spent(state, agent).await?,
         ..TurnOptions::default()
     })
 }
@@ -50,6 +51,7 @@ pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult
             require_approval: fresh.require_approval,
             model: fresh.model,
             response_format: fresh.response_format,
+            agent_spent: fresh.agent_spent,
             ..remembered
         },
     );

@@ -9,6 +9,7 @@ pub mod notifications;
 pub mod page;
 pub mod render;
 pub mod runs;
+pub mod summarize;
 pub mod tools;
 
 use axum::Router;
@@ -51,6 +52,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
         .route("/v1/agents/{id}/notifications", post(notifications::create))
+        .route("/v1/agents/{id}/summarize", post(summarize::summarize))
         .route("/v1/models", get(models::list))
         .merge(runs::routes())
 }

@@ -17,7 +17,9 @@ use crate::agents::ids::message_id;
 pub fn stop_reason(reason: StopReason) -> &'static str {
     match reason {
         StopReason::EndTurn => "end_turn",
-        StopReason::MaxSteps => "max_steps",
+        // Letta has no budget stop reason: a limit on the loop is the
+        // nearest (the run's error names the budget).
+        StopReason::MaxSteps | StopReason::BudgetExceeded => "max_steps",
         StopReason::Cancelled => "cancelled",
         StopReason::LlmApiError => "llm_api_error",
         StopReason::RequiresApproval => "requires_approval",
@@ -164,9 +166,13 @@ pub fn history(m: &Message, approvals: &Approvals) -> Vec<Value> {
     let (id, date) = (m.id, m.created_at);
     let mut out = Vec::new();
     match m.role {
+        // A compaction node shows its summary, as the model reads it.
         Role::System => out.push(with(
             base("system_message", id, date, None),
-            json!({"content": m.text()}),
+            json!({"content": m.compaction().map_or_else(
+                || m.text(),
+                |(summary, _)| format!("{}\n\n{summary}", toolwire_engine::context::SUMMARY_INTRO),
+            )}),
         )),
         Role::User => {
             let text = with_mentions(m.text(), m.images());
@@ -603,15 +609,20 @@ impl LiveRenderer {
         let mut out = Vec::new();
         if let (
             Some(error),
-            StopReason::Error | StopReason::LlmApiError | StopReason::Interrupted,
+            StopReason::Error
+            | StopReason::LlmApiError
+            | StopReason::Interrupted
+            | StopReason::BudgetExceeded,
         ) = (&end.error, end.reason)
         {
             out.push(json!({
                 "message_type": "error_message",
-                // Letta's stop reasons have no `interrupted`; the error
-                // says it (a turn cut by a shutdown or a crash).
+                // Letta's stop reasons have no `interrupted` nor a budget;
+                // the error says it (a turn cut by a shutdown or a crash,
+                // the budget used up).
                 "error_type": match end.reason {
                     StopReason::Interrupted => "interrupted",
+                    StopReason::BudgetExceeded => "budget_exceeded",
                     other => stop_reason(other),
                 },
                 "message": error,

@@ -175,7 +175,12 @@ fn status(record: &RunRecord) -> &'static str {
         None => "running",
         Some(StopReason::Cancelled) => "cancelled",
         Some(StopReason::Error | StopReason::LlmApiError | StopReason::Interrupted) => "failed",
-        Some(StopReason::EndTurn | StopReason::MaxSteps | StopReason::RequiresApproval) => {
+        Some(
+            StopReason::EndTurn
+            | StopReason::MaxSteps
+            | StopReason::BudgetExceeded
+            | StopReason::RequiresApproval,
+        ) => {
             "completed"
         }
     }

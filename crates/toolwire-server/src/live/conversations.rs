@@ -54,7 +54,7 @@ fn clip_id(text: &str) -> String {
 }
 
 /// The conversation's turn, refused while one runs.
-fn turn_error(e: EngineError) -> ApiError {
+pub(crate) fn turn_error(e: EngineError) -> ApiError {
     match e {
         EngineError::TurnInProgress(_) => ApiError::conflict(
             "TURN_IN_PROGRESS",
@@ -202,7 +202,7 @@ pub struct SentImage {
 }
 
 /// `options` with the model a request names for its turn.
-fn with_model(
+pub(crate) fn with_model(
     state: &AppState,
     mut options: TurnOptions,
     model: Option<&str>,

@@ -236,6 +236,18 @@ impl Renderer {
             AgentEvent::UserInterjection { message, .. } => {
                 frames.push(self.conv_update(seq, message, "interjection"));
             }
+            AgentEvent::ContextCompacted { message, .. } => {
+                frames.push(self.conv_update(seq, message, "compaction"));
+            }
+            AgentEvent::BudgetWarning {
+                run_id,
+                scope,
+                measure,
+                used,
+                limit,
+            } => {
+                frames.push(json!({"type": "budget_warning", "seq": seq, "run_id": run_id, "scope": scope, "measure": measure, "used": used, "limit": limit}));
+            }
             AgentEvent::Stopped {
                 run_id,
                 reason,

@@ -2,6 +2,7 @@
 //! this file): conversations as trees over REST, and each conversation's
 //! events, as they are stored, over a WebSocket.
 
+pub mod compact;
 pub mod conversations;
 pub mod frames;
 /// The web page, served at `/` without a key (its API calls carry one).
@@ -37,6 +38,7 @@ pub fn routes() -> Router<AppState> {
             get(conversations::model).put(conversations::set_model),
         )
         .route("/v1/conversations/{id}/fork", post(conversations::fork))
+        .route("/v1/conversations/{id}/compact", post(compact::compact))
         .route(
             "/v1/conversations/{id}/active_leaf",
             put(conversations::set_active_leaf),

@@ -89,7 +89,7 @@ fn node(message: &Message, children: &[&Message], names: &HashMap<&ToolCallId, &
         .iter()
         .filter(|b| matches!(b, ContentBlock::Notification { .. }))
         .count();
-    json!({
+    let mut node = json!({
         "id": message.id,
         "parent_id": message.parent_id,
         "children": children.iter().map(|c| c.id).collect::<Vec<_>>(),
@@ -105,6 +105,31 @@ fn node(message: &Message, children: &[&Message], names: &HashMap<&ToolCallId, &
             .map(|(id, _, name, _)| json!({"tool_call_id": id, "tool_name": name}))
             .collect::<Vec<_>>(),
         "notifications": notifications,
+    });
+    if let Some(covers) = compaction(message) {
+        node["compaction"] = covers;
+    }
+    node
+}
+
+/// What a compaction node covers: the path from the root's child through
+/// `through` (`covered` messages), and the request's size before and the
+/// summary's after.
+fn compaction(message: &Message) -> Option<Value> {
+    message.content.iter().find_map(|b| match b {
+        ContentBlock::Compaction {
+            through,
+            covered,
+            tokens_before,
+            tokens_after,
+            ..
+        } => Some(json!({
+            "through": through,
+            "covered": covered,
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_after,
+        })),
+        _ => None,
     })
 }
 

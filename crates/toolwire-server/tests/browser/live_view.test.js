@@ -582,3 +582,39 @@ test('a conversation with thousands of tool calls loads in a few batched request
   await screenshot(page, 'long-conversation');
   passed();
 });
+
+test('the compact button makes a compaction node the branch and the tree show, with what it covers', async (t) => {
+  const { server, page, passed } = await setup(t, { script: 'plain.yaml' });
+  const conv = await server.api('POST', '/v1/conversations', { title: 'compact' });
+  await openPage(page, server, conv.id);
+  for (const text of ['First question.', 'Second question.', 'Third question.']) {
+    await sendMessage(page, text);
+    await page.locator('#messages > li[data-role="user"] .text', { hasText: text }).waitFor();
+    await waitTurnEnd(page);
+  }
+  const button = page.locator('#compact-button');
+  assert.equal(await button.isDisabled(), false);
+  await button.click();
+  const node = page.locator('#messages > li[data-role="compaction"]');
+  await node.waitFor();
+  await waitTurnEnd(page);
+  assert.match(await node.locator('.meta').innerText(), /covers \d+ earlier message/);
+  // The summary (the scripted model's answer) is in the node's details.
+  await node.locator('details summary').click();
+  await node.locator('.text', { hasText: 'A plain answer.' }).waitFor();
+  // The tree: the node, and the messages it covers marked on the branch.
+  await page.locator('#tree-toggle').click();
+  const treeNode = page.locator('#tree li.tree-node.compaction');
+  await treeNode.waitFor();
+  assert.match(await treeNode.locator('.tree-label').first().innerText(), /Compaction: covers \d+ message/);
+  assert.ok((await page.locator('#tree li.tree-node.covered').count()) >= 1);
+  await screenshot(page, 'compacted');
+  // After a reload the tree API gives the same.
+  await reload(page);
+  await page.locator('#messages > li[data-role="compaction"]').waitFor();
+  const tree = await server.api('GET', `/v1/conversations/${conv.id}/tree`);
+  const nodes = tree.nodes.filter((n) => n.compaction);
+  assert.equal(nodes.length, 1);
+  assert.ok(nodes[0].compaction.covered >= 1);
+  passed();
+});

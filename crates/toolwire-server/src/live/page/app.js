@@ -655,6 +655,15 @@
     // A tool node shows nothing of its own when its results are on cards.
     if (role === 'tool' && blocks && !body.childNodes.length) return null;
 
+    const comp = compactionOf(n, blocks);
+    if (comp) {
+      const meta = 'covers ' + comp.covered + ' earlier message' + (comp.covered === 1 ? '' : 's') +
+        (comp.tokens_before ? ' · about ' + comp.tokens_before + ' → ' + comp.tokens_after + ' tokens' : '');
+      return el('li', { class: 'msg msg-compaction', dataset: { id, role: 'compaction' } },
+        el('div', { class: 'msg-head' }, el('span', { class: 'role', text: 'Compacted' }), el('span', { class: 'meta', text: meta })),
+        el('details', {}, el('summary', { text: 'Summary sent in place of those messages' }),
+          el('div', { class: 'text', text: comp.summary !== undefined ? comp.summary : n.summary || '' })));
+    }
     if (role === 'system') {
       return el('li', { class: 'msg msg-system', dataset: { id, role } },
         el('details', {}, el('summary', { text: 'System prompt' }), body));
@@ -726,6 +735,39 @@
     return item;
   }
 
+  /** What a compaction node covers (from the tree, or its block), or
+   * null for any other node. */
+  function compactionOf(n, blocks) {
+    const b = (blocks || []).find((x) => x.type === 'compaction');
+    if (b) return b;
+    return n && n.compaction ? n.compaction : null;
+  }
+
+  /** The nodes that compaction nodes on the active branch stand for. */
+  function coveredNodes(active) {
+    const covered = new Set();
+    for (const id of active) {
+      const c = compactionOf(S.nodes.get(id));
+      let at = c ? c.through : null;
+      while (at && !covered.has(at) && S.nodes.has(at) && at !== S.tree.root_id) {
+        covered.add(at);
+        at = S.nodes.get(at).parent_id;
+      }
+    }
+    return covered;
+  }
+
+  async function compactNow() {
+    if (!S.convId || S.running) return;
+    try {
+      const r = await api('POST', convPath(S.convId) + '/compact', {});
+      startedRun(r);
+      renderAll();
+    } catch (e) {
+      reportError('Could not compact the conversation', e);
+    }
+  }
+
   function renderLive() {
     const stored = storedToolIds();
     S.liveTools = S.liveTools.filter((id) => !stored.has(id));
@@ -748,9 +790,13 @@
     const panel = $('tree');
     if (!S.tree || !S.tree.root_id || $('tree-panel').hidden) { panel.replaceChildren(); return; }
     const active = new Set(branch());
+    const covered = coveredNodes(active);
     const item = (n) => {
-      const label = (ROLE_LABEL[n.role] || n.role) + ': ' + (n.summary || (n.tool_calls || []).map((c) => c.tool_name).join(', ') || '');
-      return el('li', { class: 'tree-node' + (active.has(n.id) ? ' on-branch' : '') + (S.tree.active_leaf === n.id ? ' leaf' : ''), dataset: { id: n.id, role: n.role } },
+      const comp = compactionOf(n);
+      const label = comp
+        ? 'Compaction: covers ' + comp.covered + ' message' + (comp.covered === 1 ? '' : 's')
+        : (ROLE_LABEL[n.role] || n.role) + ': ' + (n.summary || (n.tool_calls || []).map((c) => c.tool_name).join(', ') || '');
+      return el('li', { class: 'tree-node' + (active.has(n.id) ? ' on-branch' : '') + (S.tree.active_leaf === n.id ? ' leaf' : '') + (comp ? ' compaction' : '') + (covered.has(n.id) ? ' covered' : ''), dataset: { id: n.id, role: comp ? 'compaction' : n.role } },
         el('button', { type: 'button', class: 'tree-label', title: label, disabled: S.running, onclick: () => setActiveLeaf(n.id) }, label));
     };
     // A run of single children is one flat list; lists nest only where
@@ -796,6 +842,7 @@
     $('composer-form').dataset.mode = S.running ? 'interject' : 'send';
     $('stop').hidden = !S.running;
     $('stop').disabled = !connected;
+    $('compact-button').disabled = !S.convId || S.running;
   }
 
   // ---------------------------------------------------------------- actions
@@ -1114,6 +1161,10 @@
         }
         renderLive();
         break;
+      case 'budget_warning':
+        S.note = 'The ' + f.scope + "'s " + f.measure + ' budget is ' + Math.round((100 * f.used) / f.limit) + '% used.';
+        renderComposer();
+        break;
       case 'stop':
         onStop(f);
         break;
@@ -1170,6 +1221,7 @@
         tool_calls: (f.tool_calls || []).map((c) => ({ tool_call_id: c.tool_call_id, tool_name: c.tool_name })),
         notifications: 0,
         model: f.model || null,
+        compaction: blocks.find((b) => b.type === 'compaction') || null,
       });
       S.order.push(id);
       const parent = f.parent_id && S.nodes.get(f.parent_id);
@@ -1252,6 +1304,7 @@
       max_steps: 'The turn stopped: it reached its step limit.',
       interrupted: 'The turn was interrupted (the server stopped?).',
       requires_approval: 'Waiting for your approval.',
+      budget_exceeded: 'The turn stopped: a budget is used up.',
     };
     if (f.reason === 'error' || f.reason === 'llm_api_error') {
       showError('The turn failed' + (f.error ? ': ' + f.error : ' (' + f.reason + ')'));
@@ -1305,6 +1358,7 @@
         attach(files);
       }
     });
+    $('compact-button').addEventListener('click', () => compactNow());
     $('model-picker').addEventListener('change', () => chooseModel($('model-picker').value));
     $('error-close').addEventListener('click', clearError);
     $('tree-toggle').addEventListener('click', () => {
