@@ -157,6 +157,24 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// An [`Engine`] that does not keep it alive: for what the engine itself
+/// holds (a turn's options, a tool) and must reach it back.
+#[derive(Clone)]
+pub struct WeakEngine(Weak<Inner>);
+
+impl WeakEngine {
+    /// The engine, unless it has been dropped.
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.0.upgrade().map(|inner| Engine { inner })
+    }
+}
+
+impl std::fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeakEngine")
+    }
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
@@ -270,6 +288,11 @@ impl Engine {
     /// it starts.
     pub fn instance(&self) -> &InstanceRecord {
         self.inner.instance.record()
+    }
+
+    /// A handle that does not keep the engine alive.
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.inner))
     }
 
     /// The store, to read: every change goes through the engine's own

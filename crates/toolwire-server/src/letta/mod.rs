@@ -1,6 +1,9 @@
 //! The Letta-compatible API: tools, agents and their messages, models.
 
 pub mod agents;
+pub mod blocks;
+pub mod context;
+pub mod mcp_servers;
 pub mod messages;
 pub mod models;
 pub mod notifications;
@@ -45,4 +48,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/agents/{id}/messages/cancel", post(messages::cancel))
         .route("/v1/agents/{id}/notifications", post(notifications::create))
         .route("/v1/models", get(models::list))
+        .merge(blocks::routes())
+        .merge(mcp_servers::routes())
 }
