@@ -282,7 +282,8 @@ pub async fn create(
         .create_conversation_with(&system, Some(&name))
         .await?;
     blocks::save_all(&state.engine, &new_blocks).await?;
-    block_ids.splice(0..0, new_blocks.iter().map(|b| b.id.clone()));
+    // Letta's order: the blocks attached by id, then the new ones.
+    block_ids.extend(new_blocks.iter().map(|b| b.id.clone()));
     let now = Utc::now();
     let agent = AgentRecord {
         id,
