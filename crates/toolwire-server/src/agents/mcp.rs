@@ -37,6 +37,9 @@ pub const TOOL_TYPE: &str = "external_mcp";
 pub const START_TIMEOUT: Duration =
     Duration::from_secs(toolwire_tools::mcp::STARTUP_TIMEOUT.as_secs() + 5);
 
+/// Headers the MCP client sets itself on every request.
+const CLIENT_HEADERS: [&str; 3] = ["Accept", "Mcp-Session-Id", "Last-Event-Id"];
+
 /// How a server is reached: Letta's `mcp_server_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,7 +200,19 @@ impl McpServerRecord {
                 ..McpServerConfig::default()
             },
             ServerType::Sse | ServerType::StreamableHttp => {
-                let mut headers = self.custom_headers.clone();
+                // Letta's clients send `Accept` among their custom headers;
+                // the MCP client sets it (and the session's headers)
+                // itself, so these are left out rather than refused.
+                let mut headers: BTreeMap<String, String> = self
+                    .custom_headers
+                    .iter()
+                    .filter(|(name, _)| {
+                        !CLIENT_HEADERS
+                            .iter()
+                            .any(|own| name.eq_ignore_ascii_case(own))
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 if let Some(token) = &self.auth_token {
                     let header = self
                         .auth_header
@@ -598,6 +613,10 @@ mod tests {
                 mcp_server_type: Some(ServerType::StreamableHttp),
                 server_url: Some("https://example.com/mcp".into()),
                 auth_token: Some("t".into()),
+                custom_headers: Some(BTreeMap::from([(
+                    "accept".into(),
+                    "application/json".into(),
+                )])),
                 ..ServerConfig::default()
             },
         )
@@ -608,6 +627,11 @@ mod tests {
                 .get("Authorization")
                 .map(String::as_str),
             Some("Bearer t")
+        );
+        assert!(!http.client_config().headers.contains_key("accept"));
+        assert_eq!(
+            http.to_json()["custom_headers"]["accept"],
+            "application/json"
         );
         let spec = ToolSpec {
             name: tool_name("my server", "echo"),
