@@ -423,7 +423,8 @@ pub struct MemoryTool {
 }
 
 impl MemoryTool {
-    pub fn new(
+    /// Memory tool `op` of agent `agent_id`, as a tool for its turns.
+    pub fn shared(
         op: MemoryOp,
         engine: &Engine,
         locks: Arc<KeyedLocks<String>>,

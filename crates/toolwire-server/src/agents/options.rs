@@ -23,7 +23,12 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
         if let Some(op) =
             MemoryOp::by_name(&tool.name).filter(|_| tool.tool_type == MEMORY_TOOL_TYPE)
         {
-            registry.register(MemoryTool::new(op, &state.engine, state.locks(), &agent.id));
+            registry.register(MemoryTool::shared(
+                op,
+                &state.engine,
+                state.locks(),
+                &agent.id,
+            ));
         }
     }
     Ok(TurnOptions {
