@@ -72,7 +72,8 @@ pub struct BlockCreate {
     pub limit: Option<u64>,
     pub description: Option<String>,
     pub read_only: Option<bool>,
-    pub metadata: Option<Value>,
+    /// An object, as Letta's schema has it.
+    pub metadata: Option<serde_json::Map<String, Value>>,
     pub tags: Option<Vec<String>>,
     pub hidden: Option<bool>,
     pub is_template: Option<bool>,
@@ -89,7 +90,8 @@ pub struct BlockUpdate {
     pub limit: Option<u64>,
     pub description: Option<String>,
     pub read_only: Option<bool>,
-    pub metadata: Option<Value>,
+    /// An object, as Letta's schema has it.
+    pub metadata: Option<serde_json::Map<String, Value>>,
     pub tags: Option<Vec<String>>,
     pub hidden: Option<bool>,
     pub is_template: Option<bool>,
@@ -144,7 +146,7 @@ impl BlockRecord {
             limit,
             description,
             read_only: fields.read_only.unwrap_or(false),
-            metadata: fields.metadata,
+            metadata: fields.metadata.map(Value::Object),
             tags: fields.tags.unwrap_or_default(),
             hidden: fields.hidden,
             is_template: fields.is_template.unwrap_or(false),
@@ -178,7 +180,7 @@ impl BlockRecord {
             block.read_only = r;
         }
         if let Some(m) = fields.metadata {
-            block.metadata = Some(m);
+            block.metadata = Some(Value::Object(m));
         }
         if let Some(t) = fields.tags {
             block.tags = t;

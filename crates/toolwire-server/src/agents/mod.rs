@@ -166,7 +166,13 @@ pub(crate) async fn upgrade_blocks(state: &AppState) -> ApiResult<()> {
             continue;
         }
         let mut made = Vec::new();
-        for value in std::mem::take(&mut agent.memory_blocks) {
+        for mut value in std::mem::take(&mut agent.memory_blocks) {
+            // Kept as given then: a metadata that is not an object goes.
+            if let Value::Object(map) = &mut value
+                && map.get("metadata").is_some_and(|m| !m.is_object())
+            {
+                map.remove("metadata");
+            }
             let mut fields: blocks::BlockCreate = serde_json::from_value(value).map_err(|e| {
                 ApiError::internal(format!("agent {}: a block is unreadable: {e}", agent.id))
             })?;
