@@ -164,13 +164,21 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
-/// The engine for its own tasks, which must not keep it alive.
+/// An [`Engine`] that does not keep it alive: for what the engine itself
+/// holds (a turn's options, a tool) and must reach it back.
 #[derive(Clone)]
-pub(crate) struct WeakEngine(Weak<Inner>);
+pub struct WeakEngine(Weak<Inner>);
 
 impl WeakEngine {
-    pub(crate) fn upgrade(&self) -> Option<Engine> {
+    /// The engine, unless it has been dropped.
+    pub fn upgrade(&self) -> Option<Engine> {
         self.0.upgrade().map(|inner| Engine { inner })
+    }
+}
+
+impl std::fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeakEngine")
     }
 }
 
@@ -293,6 +301,11 @@ impl Engine {
     /// it starts.
     pub fn instance(&self) -> &InstanceRecord {
         self.inner.instance.record()
+    }
+
+    /// A handle that does not keep the engine alive.
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.inner))
     }
 
     /// The store, to read: every change goes through the engine's own

@@ -59,9 +59,9 @@ pub mod watch;
 
 pub use bus::{Observer, Subscription};
 pub use config::{EngineConfig, InterjectionMode};
-pub use engine::{Engine, Interjection, Notified, Responded, TurnHandle};
+pub use engine::{Engine, Interjection, Notified, Responded, TurnHandle, WeakEngine};
 pub use error::EngineError;
 pub use follow::Follower;
 pub use keyed_locks::{Held, KeyedLocks};
 pub use shutdown::ShutdownReport;
-pub use turn::{TurnOptions, TurnOutcome};
+pub use turn::{SystemPrompt, TurnOptions, TurnOutcome};

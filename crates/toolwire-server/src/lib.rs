@@ -138,7 +138,11 @@ pub async fn serve(
     if let Err(e) = agents::index_owners(&state).await {
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
     }
+    if let Err(e) = agents::upgrade_blocks(&state).await {
+        tracing::warn!(error = %e.message, "making the agents' memory blocks into records");
+    }
     agents::approvals::arm_all(&state).await;
+    agents::mcp::reconnect_all(&state).await;
     // When `shutdown` fires the engine takes no new turn (each door answers
     // 503 with Retry-After) and running turns get the grace to reach their
     // next stored step, after which what runs is cut and stored as

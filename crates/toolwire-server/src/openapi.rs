@@ -1,6 +1,8 @@
 //! `GET /openapi.json`: an OpenAPI 3.1 document of the API, built from the
 //! same route list the router serves (a test checks they agree).
 
+mod memory;
+
 use axum::Json;
 use serde_json::{Map, Value, json};
 
@@ -595,6 +597,9 @@ fn query_parameters(id: &str) -> Vec<Value> {
             params.push(param("tags", string(), "Only agents with this tag"));
             params
         }
+        other if memory::query_parameters(other, page).is_some() => {
+            memory::query_parameters(other, page).unwrap_or_default()
+        }
         "list_messages" => page(),
         "get_conversation_messages" => vec![json!({
             "name": "ids",
@@ -736,7 +741,9 @@ fn schemas() -> Value {
             "tool_rules": nullable(json!({"type": "array", "items": {"type": "object"}})),
             "include_base_tools": nullable(json!({"type": "boolean", "default": true})),
             "tags": nullable(strings()),
-            "memory_blocks": nullable(json!({"type": "array"})),
+            "memory_blocks": nullable(json!({"type": "array", "items": schema_ref("BlockCreate")})),
+            "block_ids": nullable(strings()),
+            "embedding": nullable(string()),
             "approval_timeout_seconds": nullable(unsigned(u64::MAX)),
         }), &[]),
         // `requires_approval` may come in the query instead (the body wins).
@@ -857,6 +864,7 @@ fn all_schemas() -> Value {
     if let Value::Object(map) = &mut all {
         map.extend(live_schemas());
         map.extend(crate::letta::api_doc::schemas());
+        map.extend(memory::schemas());
     }
     all
 }
@@ -864,7 +872,9 @@ fn all_schemas() -> Value {
 /// The document.
 pub(crate) fn build() -> Value {
     let mut paths = Map::new();
-    for (method, path, id, summary, request, response) in OPERATIONS {
+    for (method, path, id, summary, request, response) in
+        OPERATIONS.iter().chain(memory::OPERATIONS)
+    {
         let mut params: Vec<Value> = path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
@@ -888,7 +898,7 @@ pub(crate) fn build() -> Value {
         if let Some(request) = request {
             op["responses"]["415"] = json!({"description": "A body not sent as application/json", "content": {"application/json": {"schema": schema_ref("Error")}}});
             op["requestBody"] = json!({
-                "required": BODY_REQUIRED.contains(id),
+                "required": BODY_REQUIRED.contains(id) || memory::BODY_REQUIRED.contains(id),
                 "content": {"application/json": {"schema": schema_ref(request)}},
             });
         }

@@ -104,6 +104,8 @@ pub(crate) struct LiveShared {
     pub(crate) index: Arc<EventIndex>,
     /// Approvals given one call at a time, until every waiting call has one.
     pub(crate) decisions: Decisions,
+    /// The connections of the MCP servers added through the API.
+    pub(crate) mcp: crate::agents::mcp::LiveServers,
 }
 
 impl AppState {
@@ -127,5 +129,11 @@ impl AppState {
     /// names).
     pub async fn lock(&self, key: &str) -> Held<String> {
         self.locks.hold(key.to_owned()).await
+    }
+
+    /// The locks themselves, for what takes them outside a request (an
+    /// agent's memory tools).
+    pub(crate) fn locks(&self) -> Arc<KeyedLocks<String>> {
+        Arc::clone(&self.locks)
     }
 }

@@ -71,6 +71,22 @@ pub struct TurnOptions {
     /// conversations together: the agent budget counts from it (none: no
     /// agent budget applies).
     pub agent_spent: Option<crate::context::Spent>,
+    /// Renders the system prompt each step's model sees from the stored
+    /// one (a front door's agent state, such as memory blocks, that can
+    /// change between two steps); `None`: the stored prompt as it is.
+    pub system_prompt: Option<Arc<dyn SystemPrompt>>,
+}
+
+/// The system prompt of each model step, rendered from the conversation's
+/// stored one just before the step's request is built: what it adds is
+/// state of the door that starts the turn (which may change during the
+/// turn, by a tool), never stored in the conversation.
+#[async_trait::async_trait]
+pub trait SystemPrompt: Send + Sync + std::fmt::Debug {
+    /// The prompt the model sees, given the stored one. An error is
+    /// logged and the stored prompt is used: a broken addition costs the
+    /// addition, not the turn.
+    async fn render(&self, stored: &str) -> Result<String, String>;
 }
 
 /// How a turn ended.

@@ -42,6 +42,7 @@ impl<'a> Turn<'a> {
         // fallback) to the message they become; announced with the first
         // batch (no write of its own).
         let message_id = MessageId::new();
+        self.render_system_prompt(&mut path).await;
         // What the request sends: within the model's window (`fit.rs`).
         let sent = self.fit(&mut path, iteration).await?;
         let images = self.images(&sent).await?;
@@ -238,6 +239,28 @@ impl<'a> Turn<'a> {
             };
             self.cx.bus.emit_all(self.conversation, vec![event]).await?;
             model = next;
+        }
+    }
+
+    /// Replaces the text of the path's root (the stored system prompt) by
+    /// what the turn's [`SystemPrompt`](super::SystemPrompt) renders from
+    /// it, for this step's request only.
+    async fn render_system_prompt(&self, path: &mut [Message]) {
+        let Some(hook) = self.options.system_prompt.clone() else {
+            return;
+        };
+        let Some(root) = path.first_mut().filter(|m| m.role == Role::System) else {
+            return;
+        };
+        match hook.render(&root.text()).await {
+            Ok(rendered) => {
+                root.content = vec![toolwire_core::ContentBlock::Text { text: rendered }]
+            }
+            Err(error) => tracing::warn!(
+                conversation = %self.conversation,
+                %error,
+                "the system prompt's addition failed; the stored prompt is sent"
+            ),
         }
     }
 

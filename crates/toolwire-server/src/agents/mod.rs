@@ -6,8 +6,11 @@
 //! the other.
 
 pub mod approvals;
+pub mod blocks;
 pub mod budget;
 pub mod ids;
+pub mod mcp;
+pub mod memory;
 pub mod models;
 pub mod options;
 pub mod owner;
@@ -47,8 +50,18 @@ pub struct AgentRecord {
     pub tool_rules: Vec<Value>,
     pub tags: Vec<String>,
     pub metadata: Option<Value>,
-    /// Memory blocks, kept and served (not compiled into the prompt).
+    /// The agent's memory blocks (records of kind `block`, shared by id),
+    /// in the order they are compiled into its prompt.
+    #[serde(default)]
+    pub block_ids: Vec<String>,
+    /// Blocks as versions before block records kept them (in the agent);
+    /// made into records at start-up ([`upgrade_blocks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_blocks: Vec<Value>,
+    /// Letta's embedding handle, kept as given and served back (toolwire
+    /// embeds nothing).
+    #[serde(default)]
+    pub embedding: Option<String>,
     pub conversation_id: ConversationId,
     /// Per-tool approval set with `PATCH …/tools/approval/{tool_name}`;
     /// wins over rules and the tool's default.
@@ -94,8 +107,14 @@ impl AgentRecord {
 
 /// Agent `id`; not found unless it is one.
 pub async fn load(state: &AppState, id: &str) -> ApiResult<AgentRecord> {
+    load_from(&state.engine, id).await
+}
+
+/// Agent `id` from `engine`'s store (for what holds the engine, not the
+/// server's state: a memory tool, a turn's prompt).
+pub async fn load_from(engine: &toolwire_engine::Engine, id: &str) -> ApiResult<AgentRecord> {
     check_id(KIND, id)?;
-    let doc = state
+    let doc = engine
         .store()
         .document(KIND, id)
         .await?
@@ -128,9 +147,49 @@ pub async fn readable(state: &AppState) -> ApiResult<Vec<AgentRecord>> {
 
 /// Stores `agent`, in place of its earlier version.
 pub async fn save(state: &AppState, agent: &AgentRecord) -> ApiResult<()> {
+    save_to(&state.engine, agent).await
+}
+
+/// Stores `agent` through `engine`.
+pub async fn save_to(engine: &toolwire_engine::Engine, agent: &AgentRecord) -> ApiResult<()> {
     let body = serde_json::to_value(agent)
         .map_err(|e| ApiError::internal(format!("an agent cannot be stored: {e}")))?;
-    state.engine.put_record(KIND, &agent.id, &body).await?;
+    engine.put_record(KIND, &agent.id, &body).await?;
+    Ok(())
+}
+
+/// Makes block records of the blocks agents stored by earlier versions
+/// kept in themselves (`memory_blocks`), and attaches them. Run at
+/// start-up, before requests are served.
+pub(crate) async fn upgrade_blocks(state: &AppState) -> ApiResult<()> {
+    for mut agent in readable(state).await? {
+        if agent.memory_blocks.is_empty() {
+            continue;
+        }
+        let mut made = Vec::new();
+        for mut value in std::mem::take(&mut agent.memory_blocks) {
+            // Kept as given then: a metadata that is not an object goes.
+            if let Value::Object(map) = &mut value
+                && map.get("metadata").is_some_and(|m| !m.is_object())
+            {
+                map.remove("metadata");
+            }
+            let mut fields: blocks::BlockCreate = serde_json::from_value(value).map_err(|e| {
+                ApiError::internal(format!("agent {}: a block is unreadable: {e}", agent.id))
+            })?;
+            // Kept before limits were checked: the limit grows to fit.
+            let length = blocks::chars(fields.value.as_deref().unwrap_or(""));
+            fields.limit = Some(fields.limit.unwrap_or(blocks::DEFAULT_LIMIT).max(length));
+            if fields.label.as_deref().is_none_or(str::is_empty) {
+                fields.label = Some(format!("block_{}", made.len() + 1));
+            }
+            made.push(blocks::BlockRecord::create(fields)?);
+        }
+        blocks::save_all(&state.engine, &made).await?;
+        agent.block_ids.extend(made.iter().map(|b| b.id.clone()));
+        save(state, &agent).await?;
+        tracing::info!(agent = %agent.id, blocks = made.len(), "memory blocks made into records");
+    }
     Ok(())
 }
 

@@ -5,7 +5,8 @@
 use toolwire_core::ConversationId;
 use toolwire_engine::TurnOptions;
 
-use crate::agents::tools::{all_tools, registry};
+use crate::agents::memory::{AgentMemory, MemoryOp, MemoryTool};
+use crate::agents::tools::{MEMORY_TOOL_TYPE, all_tools, registry};
 use crate::agents::{self, AgentRecord, budget, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -16,12 +17,27 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
     let all = all_tools(state).await?;
     let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
     let model = models::of_agent(state.engine.models(), agent.model.as_deref());
+    let mut registry = registry(state, &tools).await;
+    // The memory tools edit this agent's blocks: one of each per agent.
+    for tool in &tools {
+        if let Some(op) =
+            MemoryOp::by_name(&tool.name).filter(|_| tool.tool_type == MEMORY_TOOL_TYPE)
+        {
+            registry.register(MemoryTool::shared(
+                op,
+                &state.engine,
+                state.locks(),
+                &agent.id,
+            ));
+        }
+    }
     Ok(TurnOptions {
-        tools: Some(registry(state, &tools).await),
+        tools: Some(registry),
         require_approval: agent.approval_set(&all),
         model: Some(model.info.name.clone()),
         response_format: response_format(agent),
         agent_spent: budget::agent_spent(state, agent).await?,
+        system_prompt: Some(AgentMemory::new(&state.engine, &agent.id)),
         ..TurnOptions::default()
     })
 }
@@ -52,6 +68,7 @@ pub async fn refresh_options(state: &AppState, agent: &AgentRecord) -> ApiResult
             model: fresh.model,
             response_format: fresh.response_format,
             agent_spent: fresh.agent_spent,
+            system_prompt: fresh.system_prompt,
             ..remembered
         },
     );

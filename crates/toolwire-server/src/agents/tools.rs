@@ -10,12 +10,19 @@ use toolwire_tools::python::{PythonTool, PythonToolDef, ToolSchemaInfo};
 use super::schema;
 use toolwire_tools::{ToolRegistry, ToolSpec};
 
+use std::collections::{BTreeMap, HashSet};
+
 use crate::agents::ids::stable_tool_id;
+use crate::agents::mcp;
+use crate::agents::memory::MemoryOp;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// The kind of a tool's record.
 pub const KIND: &str = "tool";
+
+/// The `tool_type` of Letta's memory tools (Letta's `ToolType`).
+pub const MEMORY_TOOL_TYPE: &str = "letta_memory_core";
 
 /// A tool as stored and served.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,6 +82,14 @@ impl ToolRecord {
         }
     }
 
+    /// One of Letta's memory tools as a record (not stored unless a
+    /// client changes it).
+    pub(crate) fn memory_tool(op: MemoryOp) -> ToolRecord {
+        let mut record = ToolRecord::engine_tool(&op.spec());
+        record.tool_type = MEMORY_TOOL_TYPE.into();
+        record
+    }
+
     pub fn is_custom(&self) -> bool {
         self.tool_type == "custom"
     }
@@ -106,6 +121,16 @@ pub async fn all_tools(state: &AppState) -> ApiResult<Vec<ToolRecord>> {
                 .unwrap_or(own)
         })
         .collect();
+    for op in MemoryOp::ALL {
+        let own = ToolRecord::memory_tool(op);
+        tools.push(
+            stored
+                .iter()
+                .find(|s| s.id == own.id)
+                .cloned()
+                .unwrap_or(own),
+        );
+    }
     let engine_ids: Vec<String> = tools.iter().map(|t| t.id.clone()).collect();
     tools.extend(stored.into_iter().filter(|s| !engine_ids.contains(&s.id)));
     Ok(tools)
@@ -123,7 +148,19 @@ pub async fn find_tool(state: &AppState, id: &str) -> ApiResult<ToolRecord> {
 /// for one turn. Records whose tool is gone are skipped with a warning.
 pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
+    let mut from_servers: BTreeMap<&str, HashSet<String>> = BTreeMap::new();
     for record in tools {
+        if record.tool_type == MEMORY_TOOL_TYPE {
+            // Bound to an agent: see `options::agent_options`.
+            continue;
+        }
+        if let Some(server) = mcp::server_of(record) {
+            from_servers
+                .entry(server)
+                .or_default()
+                .insert(record.name.clone());
+            continue;
+        }
         if record.is_custom() {
             match python_tool(state, record).await {
                 Ok(tool) => registry.register(std::sync::Arc::new(tool)),
@@ -133,6 +170,27 @@ pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
             registry.register(tool.clone());
         } else {
             tracing::warn!(tool = %record.name, "tool is no longer available; left out");
+        }
+    }
+    for (id, names) in from_servers {
+        match mcp::load(state, id).await {
+            Ok(server) => {
+                let handle = state.live.mcp.handle(state, &server);
+                if !handle.is_running().await {
+                    // Started here (bounded) so that a turn's first step
+                    // sees the tools; a server that cannot start costs
+                    // its tools only.
+                    if let Err(e) = mcp::sync_tools(state, &server).await {
+                        tracing::warn!(error = %e.message, "MCP tools left out");
+                    }
+                }
+                registry.register_source(std::sync::Arc::new(mcp::AttachedTools::new(
+                    handle,
+                    &server.server_name,
+                    names,
+                )));
+            }
+            Err(e) => tracing::warn!(server = id, error = %e.message, "MCP tools left out"),
         }
     }
     registry

@@ -12,12 +12,17 @@ use serde_json::{Value, json};
 use toolwire_engine::EngineError;
 use toolwire_providers::ModelInfo;
 
+use crate::agents::blocks::{self, BlockCreate, BlockRecord};
 use crate::agents::ids::new_id;
+use crate::agents::mcp;
+use crate::agents::memory::MemoryOp;
 use crate::agents::options::refresh_options;
+use crate::agents::tools::MEMORY_TOOL_TYPE;
 use crate::agents::tools::{ToolRecord, all_tools};
 use crate::agents::{self, AgentRecord, KIND, load, models};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
+use crate::letta::blocks::block_json;
 use crate::letta::page::{Order, PageQuery};
 use crate::letta::tools::tool_json;
 use crate::state::AppState;
@@ -45,11 +50,28 @@ pub struct AgentFields {
     include_base_tools: Option<bool>,
     tags: Option<Vec<String>>,
     metadata: Option<Value>,
-    memory_blocks: Option<Vec<Value>>,
+    /// New blocks for the agent (Letta's `CreateBlock`s).
+    memory_blocks: Option<Vec<BlockCreate>>,
+    /// Existing blocks to attach (shared with the agents that have them).
+    block_ids: Option<Vec<String>>,
+    /// Letta's embedding handle: kept and served back.
+    embedding: Option<String>,
+    /// Letta's deprecated form of `embedding`: its `handle`, else its
+    /// `embedding_model`.
+    embedding_config: Option<Value>,
     approval_timeout_seconds: Option<u64>,
 }
 
 impl AgentFields {
+    fn embedding(&self) -> Option<String> {
+        self.embedding.clone().or_else(|| {
+            let config = self.embedding_config.as_ref()?;
+            ["handle", "embedding_model"]
+                .into_iter()
+                .find_map(|key| config.get(key)?.as_str().map(str::to_owned))
+        })
+    }
+
     /// The model the client named, checked against the registry (Letta's
     /// 404 for a handle that names none).
     fn model(&self, state: &AppState) -> ApiResult<Option<String>> {
@@ -90,6 +112,16 @@ fn resolve_tools(fields: &AgentFields, all: &[ToolRecord]) -> ApiResult<Option<V
     Ok(Some(ids))
 }
 
+/// Whether `include_base_tools` gives an agent `tool`: toolwire's
+/// built-in tools, the config file's MCP servers' tools, and Letta's
+/// default memory tools (`memory_insert`, `memory_replace`).
+fn is_base_tool(tool: &ToolRecord) -> bool {
+    if tool.tool_type == MEMORY_TOOL_TYPE {
+        return MemoryOp::DEFAULT.iter().any(|op| op.name() == tool.name);
+    }
+    !tool.is_custom() && mcp::server_of(tool).is_none()
+}
+
 /// The agent's JSON (Letta's `AgentState`).
 pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Value> {
     let all = all_tools(state).await?;
@@ -98,16 +130,17 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
     let entry = models::of_agent(state.engine.models(), agent.model.as_deref());
     let info = &entry.info;
     let tools: Vec<Value> = agent.tools(&all).into_iter().map(tool_json).collect();
-    let endpoint = endpoint_type(&info.provider);
-    let model_settings = agent.model_settings.clone().unwrap_or_else(|| {
-        json!({
-            "provider_type": endpoint,
-            "max_output_tokens": info.max_output,
-            "parallel_tool_calls": false,
-        })
-    });
     let last_stop_reason = super::runs::last_stop_reason(state, &agent.id).await?;
     let pending_approval = super::runs::pending_approval(state, agent.conversation_id).await?;
+    let model_settings = agent
+        .model_settings
+        .clone()
+        .unwrap_or_else(|| default_model_settings(info));
+    let blocks: Vec<Value> = blocks::of_ids(&state.engine, &agent.block_ids)
+        .await?
+        .iter()
+        .map(block_json)
+        .collect();
     Ok(json!({
         "id": agent.id,
         "name": agent.name,
@@ -117,14 +150,21 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         "model": agent.model.clone().unwrap_or_else(|| info.handle()),
         "model_settings": model_settings,
         "llm_config": llm_config(info),
-        "embedding_config": null,
+        "embedding": agent.embedding,
+        "embedding_config": agent.embedding.as_ref().map(|handle| embedding_config(handle)),
         "tools": tools,
         "tool_ids": agent.tool_ids,
         "tool_rules": agent.tool_rules,
         "tags": agent.tags,
         "metadata": agent.metadata,
-        "memory": {"blocks": agent.memory_blocks},
-        "blocks": agent.memory_blocks,
+        "memory": {
+            "blocks": blocks,
+            "file_blocks": [],
+            "agent_type": "letta_v1_agent",
+            "git_enabled": false,
+            "prompt_template": "",
+        },
+        "blocks": blocks,
         "sources": [],
         "message_ids": [],
         "conversation_id": agent.conversation_id,
@@ -135,6 +175,47 @@ pub async fn agent_json(state: &AppState, agent: &AgentRecord) -> ApiResult<Valu
         "created_at": agent.created_at,
         "updated_at": agent.updated_at,
     }))
+}
+
+/// Letta's `model_settings` of an agent created without them: what its
+/// server reports for an OpenAI model (Letta's agents test expects these
+/// values), or an Anthropic one.
+fn default_model_settings(info: &ModelInfo) -> Value {
+    let max_output = info.max_output.map_or(DEFAULT_MAX_OUTPUT, u64::from);
+    match endpoint_type(&info.provider) {
+        "anthropic" => json!({
+            "provider_type": "anthropic",
+            "max_output_tokens": max_output,
+            "parallel_tool_calls": true,
+            "temperature": 1.0,
+            "response_format": null,
+        }),
+        endpoint => json!({
+            "provider_type": endpoint,
+            "max_output_tokens": max_output,
+            "parallel_tool_calls": true,
+            "strict": false,
+            "temperature": 1.0,
+            "reasoning": {"reasoning_effort": "minimal"},
+            "response_format": null,
+        }),
+    }
+}
+
+/// Letta's default `max_output_tokens` where the configuration gives none.
+const DEFAULT_MAX_OUTPUT: u64 = 16_384;
+
+/// Letta's `EmbeddingConfig` of handle `provider/model` (toolwire keeps it
+/// only to serve it back).
+fn embedding_config(handle: &str) -> Value {
+    let (provider, model) = handle.split_once('/').unwrap_or(("openai", handle));
+    json!({
+        "handle": handle,
+        "embedding_endpoint_type": provider,
+        "embedding_model": model,
+        "embedding_dim": 1536,
+        "embedding_chunk_size": 300,
+    })
 }
 
 /// Letta's `model_endpoint_type` / `provider_type` for a provider kind:
@@ -175,13 +256,15 @@ pub async fn create(
     let mut tool_ids = resolve_tools(&fields, &all)?.unwrap_or_default();
     if fields.include_base_tools.unwrap_or(true) {
         // toolwire's base tools are its built-in ones (files, search,
-        // commands) and the configured MCP servers' tools.
-        for tool in all.iter().filter(|t| !t.is_custom()) {
+        // commands), the configured MCP servers' tools and Letta's
+        // default memory tools.
+        for tool in all.iter().filter(|t| is_base_tool(t)) {
             if !tool_ids.contains(&tool.id) {
                 tool_ids.push(tool.id.clone());
             }
         }
     }
+    let embedding = fields.embedding();
     let id = new_id(KIND);
     let name = fields
         .name
@@ -189,10 +272,22 @@ pub async fn create(
     let system = fields
         .system
         .unwrap_or_else(|| state.engine.config().system_prompt.clone());
+    let mut new_blocks = Vec::new();
+    for fields in fields.memory_blocks.clone().unwrap_or_default() {
+        new_blocks.push(BlockRecord::create(fields)?);
+    }
+    let mut block_ids = Vec::new();
+    for id in fields.block_ids.iter().flatten() {
+        blocks::load(&state.engine, id).await?;
+        block_ids.push(id.clone());
+    }
     let conversation = state
         .engine
         .create_conversation_with(&system, Some(&name))
         .await?;
+    blocks::save_all(&state.engine, &new_blocks).await?;
+    // Letta's order: the blocks attached by id, then the new ones.
+    block_ids.extend(new_blocks.iter().map(|b| b.id.clone()));
     let now = Utc::now();
     let agent = AgentRecord {
         id,
@@ -204,7 +299,9 @@ pub async fn create(
         tool_rules: fields.tool_rules.unwrap_or_default(),
         tags: fields.tags.unwrap_or_default(),
         metadata: fields.metadata,
-        memory_blocks: fields.memory_blocks.unwrap_or_default(),
+        block_ids,
+        memory_blocks: Vec::new(),
+        embedding,
         conversation_id: conversation.id,
         approvals: BTreeMap::new(),
         approval_timeout_seconds: fields.approval_timeout_seconds,
@@ -257,9 +354,24 @@ pub async fn update(
     Body(fields): Body<AgentFields>,
 ) -> ApiResult<Json<Value>> {
     let model = fields.model(&state)?;
+    let embedding = fields.embedding();
     let _agent_lock = state.lock(&id).await;
     let mut agent = load(&state, &id).await?;
     let all = all_tools(&state).await?;
+    if let Some(ids) = &fields.block_ids {
+        for id in ids {
+            blocks::load(&state.engine, id).await?;
+        }
+    }
+    let given_blocks = match &fields.memory_blocks {
+        Some(list) => Some(
+            list.iter()
+                .cloned()
+                .map(BlockRecord::create)
+                .collect::<ApiResult<Vec<_>>>()?,
+        ),
+        None => None,
+    };
     if let Some(ids) = resolve_tools(&fields, &all)? {
         agent.tool_ids = ids;
     }
@@ -291,8 +403,39 @@ pub async fn update(
     if let Some(m) = fields.metadata {
         agent.metadata = Some(m);
     }
-    if let Some(b) = fields.memory_blocks {
-        agent.memory_blocks = b;
+    if let Some(ids) = fields.block_ids.clone() {
+        agent.block_ids = ids;
+    }
+    if let Some(given) = given_blocks {
+        // Letta's update takes `block_ids`; toolwire also takes
+        // `memory_blocks` there, as the agent's blocks from now on: a
+        // label the agent has gets the value given, a new one a block.
+        let current = blocks::of_ids(&state.engine, &agent.block_ids).await?;
+        let mut ids = Vec::new();
+        for new in given {
+            match current.iter().find(|b| b.label == new.label) {
+                Some(old) => {
+                    let _block = state.lock(&blocks::lock_key(&old.id)).await;
+                    let changed = blocks::load(&state.engine, &old.id).await?.updated(
+                        blocks::BlockUpdate {
+                            value: Some(new.value.clone()),
+                            limit: Some(new.limit),
+                            ..Default::default()
+                        },
+                    )?;
+                    blocks::save(&state.engine, &changed).await?;
+                    ids.push(changed.id);
+                }
+                None => {
+                    blocks::save(&state.engine, &new).await?;
+                    ids.push(new.id);
+                }
+            }
+        }
+        agent.block_ids = ids;
+    }
+    if let Some(e) = embedding {
+        agent.embedding = Some(e);
     }
     if let Some(t) = fields.approval_timeout_seconds {
         agent.approval_timeout_seconds = Some(t);

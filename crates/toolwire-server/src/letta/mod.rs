@@ -2,7 +2,10 @@
 
 pub mod agents;
 pub(crate) mod api_doc;
+pub mod blocks;
+pub mod context;
 pub mod conversations;
+pub mod mcp_servers;
 pub mod messages;
 pub mod models;
 pub mod notifications;
@@ -55,4 +58,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/agents/{id}/summarize", post(summarize::summarize))
         .route("/v1/models", get(models::list))
         .merge(runs::routes())
+        .merge(blocks::routes())
+        .merge(mcp_servers::routes())
 }

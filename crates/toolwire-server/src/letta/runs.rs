@@ -180,9 +180,7 @@ fn status(record: &RunRecord) -> &'static str {
             | StopReason::MaxSteps
             | StopReason::BudgetExceeded
             | StopReason::RequiresApproval,
-        ) => {
-            "completed"
-        }
+        ) => "completed",
     }
 }
 

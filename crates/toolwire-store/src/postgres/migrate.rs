@@ -17,7 +17,12 @@ const MIGRATIONS: [Migration; 6] = [
     migration!("postgres", 2, "run owner", "0002_run_owner.sql"),
     migration!("postgres", 3, "documents", "0003_documents.sql"),
     migration!("postgres", 5, "blobs", "0005_blobs.sql"),
-    migration!("postgres", 9, "cluster commands", "0009_cluster_commands.sql"),
+    migration!(
+        "postgres",
+        9,
+        "cluster commands",
+        "0009_cluster_commands.sql"
+    ),
     migration!(
         "postgres",
         12,
