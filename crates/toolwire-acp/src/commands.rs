@@ -1,8 +1,8 @@
 //! Slash commands (ACP `available_commands_update`): a prompt whose text
 //! starts with `/NAME` of a command here runs the command instead of
 //! going to the model as it is. The table is the built-in commands
-//! ([`BUILTINS`]: one entry each, so a command the engine grows — such as
-//! `/compact` — is one more entry and one more arm in [`run`]) and each
+//! ([`BUILTINS`]: `/compact`, `/fork`, `/model`; one entry and one arm
+//! each) and each
 //! connected MCP server's prompts, as `/mcp__SERVER__PROMPT`: those are
 //! filled in by the server (`prompts/get`) and the result goes to the
 //! model as the prompt. A `/word` that names no command is an ordinary
@@ -27,12 +27,19 @@ use crate::{AcpAgent, config};
 /// A built-in command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Builtin {
+    Compact,
     Fork,
     Model,
 }
 
 /// The built-in commands: name, description, input hint.
 const BUILTINS: &[(Builtin, &str, &str, Option<&str>)] = &[
+    (
+        Builtin::Compact,
+        "compact",
+        "Summarise the older part of this session",
+        None,
+    ),
     (Builtin::Fork, "fork", "Fork this session", None),
     (Builtin::Model, "model", "Switch the model", Some("name")),
 ];
@@ -220,6 +227,46 @@ impl AcpAgent {
         let builtin = BUILTINS.iter().find(|b| b.1 == name).map(|b| b.0);
         let answered = Ok(Outcome::Answered(PromptResponse::new(StopReason::EndTurn)));
         match builtin {
+            Some(Builtin::Compact) => {
+                // The session's turn options: its model's window, and
+                // `[context] summary_model` if set, write the summary.
+                let handle = self
+                    .engine
+                    .compact(session.conversation, session.turn_options())
+                    .await
+                    .map_err(|e| invalid_params(format!("/compact: {e}")))?;
+                let outcome = handle.wait().await;
+                let compacted = outcome.final_message.as_ref().and_then(|m| {
+                    m.content.iter().find_map(|b| match b {
+                        toolwire_core::ContentBlock::Compaction {
+                            covered,
+                            tokens_before,
+                            tokens_after,
+                            ..
+                        } => Some((*covered, *tokens_before, *tokens_after)),
+                        _ => None,
+                    })
+                });
+                let Some((covered, before, after)) = compacted else {
+                    return Err(invalid_params(format!(
+                        "/compact: {}",
+                        outcome
+                            .error
+                            .unwrap_or_else(|| format!("stopped: {:?}", outcome.reason))
+                    )));
+                };
+                tracing::info!(session = %id.0, covered, before, after, "ACP /compact");
+                say(
+                    cx,
+                    id,
+                    format!(
+                        "Compacted: {covered} earlier messages are now sent as a summary \
+                         (about {before} → {after} tokens). They stay stored; a fork from \
+                         before them still sends them."
+                    ),
+                )?;
+                answered
+            }
             Some(Builtin::Fork) => {
                 let mcp_servers = session.mcp_servers.to_vec();
                 let (forked, _) = self.fork(id, &session.cwd, &mcp_servers, cx).await?;

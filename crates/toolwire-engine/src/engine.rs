@@ -1,6 +1,8 @@
 //! The engine: conversations, turns and their control (cancel, interject,
 //! edit, regenerate). One turn at a time per conversation.
 
+mod cluster;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -17,7 +19,6 @@ use toolwire_store::{InstanceRecord, Store, StoreRead, StoredEvent};
 
 use crate::approval;
 use crate::bus::{EventBus, Observer, Subscription};
-use crate::cluster::{self, Feeds};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
@@ -28,6 +29,7 @@ use crate::notify::{Activation, Hub};
 use crate::remembered::Remembered;
 use crate::shutdown::{ShutdownReport, Stopping};
 use crate::turn::{self, ActiveTurn, TurnOptions, TurnOutcome, user_message};
+use cluster::Feeds;
 use toolwire_providers::{ModelEntry, Models};
 use toolwire_tools::{NotificationSink, Notifier, ToolRegistry};
 
@@ -712,10 +714,29 @@ impl Engine {
         .await
     }
 
-    /// Starts an on-demand compaction of `conversation`'s active branch
-    /// (see [`Engine::compact`]): under the lock a turn starts under, so
-    /// that the leaf it compacts is the one the next turn continues.
-    pub(crate) async fn start_compaction(
+    /// Compacts `conversation`'s active branch now: the older part of the
+    /// path is summarised by a model call and stored as a compaction node
+    /// under the active leaf (which becomes the new active leaf); later
+    /// turns on that branch send the summary plus the newest messages
+    /// (those within `keep_recent` of the window) verbatim. Nothing is
+    /// removed: a branch from before the node sends the originals.
+    ///
+    /// Runs as a turn of its own (a run, `TurnStarted` not sent, a
+    /// [`toolwire_core::AgentEvent::ContextCompacted`] then `Stopped`):
+    /// `options.model` names the model whose window and provider are used
+    /// (the default when `None`; `context.summary_model` writes the
+    /// summary when set). Wait on the handle: `end_turn` with the node as
+    /// `final_message`; `error` when there is nothing to compact (only
+    /// the newest messages) or the summarising call failed (nothing is
+    /// stored then). Refused while a turn runs
+    /// ([`EngineError::TurnInProgress`]) or calls wait for answers
+    /// ([`EngineError::ApprovalPending`]).
+    ///
+    /// Started under the lock a turn starts under, so that the leaf it
+    /// compacts is the one the next turn continues. (Letta's
+    /// `POST /v1/agents/{id}/summarize`, ACP's `/compact` and the live
+    /// page's button all come here.)
+    pub async fn compact(
         &self,
         conversation: ConversationId,
         options: TurnOptions,

@@ -17,7 +17,7 @@
 //! output whatever the server does (`StreamLimits`, `max_step_*`); a panic
 //! in a turn ends it with an error and releases its conversation.
 //!
-//! Instances on one database act as one (`cluster.rs`): a turn runs only
+//! Instances on one database act as one (`engine/cluster.rs`): a turn runs only
 //! with its conversation's lease (never two turns in a conversation,
 //! whichever instances are asked), events another instance stores reach
 //! the followers here, and commands for a turn reach the instance that
@@ -40,7 +40,6 @@
 mod approval;
 mod bus;
 mod chosen_model;
-mod cluster;
 mod config;
 pub mod context;
 mod edit;

@@ -37,6 +37,7 @@ mod extract;
 mod images;
 pub mod letta;
 pub mod live;
+mod mcp_connections;
 mod openapi;
 pub mod origin;
 mod state;

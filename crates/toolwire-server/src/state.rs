@@ -105,7 +105,7 @@ pub(crate) struct LiveShared {
     /// Approvals given one call at a time, until every waiting call has one.
     pub(crate) decisions: Decisions,
     /// The connections of the MCP servers added through the API.
-    pub(crate) mcp: crate::agents::mcp::LiveServers,
+    pub(crate) mcp: crate::mcp_connections::McpConnections,
 }
 
 impl AppState {

@@ -1,6 +1,6 @@
 //! The reasoning effort option (where the model reasons: in the request
 //! the mock model receives), slash commands (`available_commands_update`,
-//! `/model`, `/fork`, an MCP server's prompt) and authentication when the
+//! `/compact`, `/model`, `/fork`, an MCP server's prompt) and authentication when the
 //! default model's key is missing.
 
 use agent_client_protocol::v1::schema::{
@@ -163,7 +163,7 @@ async fn slash_commands_switch_the_model_and_fork() {
         .await;
     drop(child);
     let names: Vec<_> = offered.iter().map(|c| c.name.clone()).collect();
-    assert_eq!(names, ["fork", "model"], "{offered:?}");
+    assert_eq!(names, ["compact", "fork", "model"], "{offered:?}");
     // /model switched the model: the next prompts went to beta, and the
     // command itself to no model.
     assert_eq!(asked(&alpha), ["alpha-1"]);
@@ -346,5 +346,65 @@ async fn a_missing_key_is_an_auth_method_not_a_failed_prompt() {
     assert!(
         methods.is_empty(),
         "a local server needs no key: {methods:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compact_summarises_the_older_prompts_and_later_requests_send_the_summary() {
+    use support::{MockServer, Reply, openai_sse};
+    let dirs = Dirs::new();
+    // One model with a small window, so that the first prompt falls out of
+    // the newest part kept verbatim; every answer (the summary too) is the
+    // same text.
+    let model = MockServer::start(vec![Reply::sse(openai_sse("Noted: SUMMARY-TEXT.", &[]))]).await;
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        &format!(
+            "default_model = \"small\"\n[models.small]\nprovider = \"openai\"\n\
+             model = \"small-1\"\nbase_url = \"{}\"\ncontext_window = 4000\n",
+            model.url
+        ),
+    );
+    let args = strings(&[
+        "--db",
+        &sqlite_in(dirs.home()),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let watching = editor.clone();
+    let long = |mark: &str| format!("{mark} {}", "words to fill the window ".repeat(120));
+    let offered = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd.clone()).await?;
+            prompt(&cx, &session, &long("FIRST-MARK")).await?;
+            prompt(&cx, &session, &long("SECOND-MARK")).await?;
+            assert_eq!(
+                prompt(&cx, &session, "/compact").await?,
+                StopReason::EndTurn
+            );
+            prompt(&cx, &session, "THIRD-MARK").await?;
+            Ok(commands(&watching.updates()))
+        })
+        .await;
+    drop(child);
+    let names: Vec<_> = offered.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(names, ["compact", "fork", "model"], "{offered:?}");
+    let said = answers(&editor.updates());
+    assert!(said.contains("Compacted: "), "{said}");
+    // Two prompts, the summarising call, the third prompt.
+    let bodies = model.received();
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    let summary_request = bodies[2].body["messages"].to_string();
+    assert!(summary_request.contains("FIRST-MARK"), "{summary_request}");
+    let last = bodies[3].body["messages"].to_string();
+    assert!(last.contains("THIRD-MARK"), "{last}");
+    assert!(last.contains("SUMMARY-TEXT"), "{last}");
+    assert!(
+        !last.contains("FIRST-MARK"),
+        "covered, sent as the summary: {last}"
     );
 }

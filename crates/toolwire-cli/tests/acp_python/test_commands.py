@@ -22,7 +22,7 @@ def test_commands_are_offered_and_fork_runs(acp):
 
     forked, listed, plain = acp.run(run())
     commands = client.session_updates("available_commands_update")[-1].available_commands
-    assert [c.name for c in commands] == ["fork", "model"]
+    assert [c.name for c in commands] == ["compact", "fork", "model"]
     assert forked.stop_reason == "end_turn"
     assert len(listed.sessions) == 2
     assert "Forked this session into" in client.message_text()

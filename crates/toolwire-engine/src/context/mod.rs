@@ -12,7 +12,6 @@
 
 pub mod budget;
 pub mod compact;
-mod demand;
 pub mod tokens;
 pub mod view;
 

@@ -8,8 +8,8 @@
 //! live beside them. A server that cannot start costs its own tools only:
 //! listing them says why, an agent's turn goes on without them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -267,53 +267,19 @@ impl McpServerRecord {
     }
 }
 
-/// The live connections of the API's servers, by record id.
-#[derive(Default)]
-pub struct LiveServers {
-    servers: Mutex<HashMap<String, Arc<McpServer>>>,
-}
-
-impl LiveServers {
-    /// The connection of `record` (made, not started, if there is none),
-    /// a stdio server started as the config's are: with the allow-listed
-    /// environment, and through the sandbox (in the workspace) when its
-    /// config asks.
-    pub fn handle(&self, state: &AppState, record: &McpServerRecord) -> Arc<McpServer> {
-        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        servers
-            .entry(record.id.clone())
-            .or_insert_with(|| {
-                let python = &state.settings.python_sandbox;
-                let launch = Launch {
-                    sandbox: python.sandbox.clone(),
-                    workspace: python.workspace.clone(),
-                };
-                McpServer::new(record.client_config(), launch)
-            })
-            .clone()
-    }
-
-    /// Forgets the connection of `id` (stopping it), so that the next use
-    /// starts the server as its record now says.
-    pub async fn forget(&self, id: &str) {
-        let gone = self
-            .servers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-        if let Some(server) = gone {
-            server.shutdown().await;
-        }
-    }
-
-    /// The connection of `id`, if one was made.
-    pub fn get(&self, id: &str) -> Option<Arc<McpServer>> {
-        self.servers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned()
-    }
+/// The live connection of `record` (made, not started, if there is
+/// none): a stdio server starts as the config's do, with the allow-listed
+/// environment, and through the sandbox (in the workspace) when its
+/// config asks.
+pub fn handle(state: &AppState, record: &McpServerRecord) -> Arc<McpServer> {
+    state.live.mcp.handle(&record.id, || {
+        let python = &state.settings.python_sandbox;
+        let launch = Launch {
+            sandbox: python.sandbox.clone(),
+            workspace: python.workspace.clone(),
+        };
+        McpServer::new(record.client_config(), launch)
+    })
 }
 
 fn unreadable(id: &str, e: serde_json::Error) -> ApiError {
@@ -407,7 +373,7 @@ pub async fn sync_tools(state: &AppState, record: &McpServerRecord) -> ApiResult
              use `streamable_http`",
         ));
     }
-    let server = state.live.mcp.handle(state, record);
+    let server = handle(state, record);
     let listed = match tokio::time::timeout(START_TIMEOUT, server.tools()).await {
         Ok(Ok(tools)) => tools,
         Ok(Err(e)) => return Err(unavailable(record, &e.to_string())),
@@ -569,7 +535,7 @@ pub async fn tool(
     name: &str,
 ) -> ApiResult<Arc<dyn Tool>> {
     sync_tools(state, record).await?;
-    let server = state.live.mcp.handle(state, record);
+    let server = handle(state, record);
     let source = AttachedTools::new(
         server,
         &record.server_name,

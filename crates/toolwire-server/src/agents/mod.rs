@@ -14,6 +14,7 @@ pub mod memory;
 pub mod models;
 pub mod options;
 pub mod owner;
+pub mod registry;
 pub mod schema;
 pub mod tools;
 

@@ -6,7 +6,8 @@ use toolwire_core::ConversationId;
 use toolwire_engine::TurnOptions;
 
 use crate::agents::memory::{AgentMemory, MemoryOp, MemoryTool};
-use crate::agents::tools::{MEMORY_TOOL_TYPE, all_tools, registry};
+use crate::agents::registry::registry;
+use crate::agents::tools::{MEMORY_TOOL_TYPE, all_tools};
 use crate::agents::{self, AgentRecord, budget, models};
 use crate::error::ApiResult;
 use crate::state::AppState;

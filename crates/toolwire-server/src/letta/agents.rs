@@ -22,7 +22,7 @@ use crate::agents::tools::{ToolRecord, all_tools};
 use crate::agents::{self, AgentRecord, KIND, load, models};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};
-use crate::letta::blocks::block_json;
+use crate::letta::block_view::block_json;
 use crate::letta::page::{Order, PageQuery};
 use crate::letta::tools::tool_json;
 use crate::state::AppState;

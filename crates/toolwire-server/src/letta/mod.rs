@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub(crate) mod api_doc;
+pub mod block_view;
 pub mod blocks;
 pub mod context;
 pub mod conversations;

@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use toolwire_core::{ConversationId, FileChange, Incoming, Priority};
 use toolwire_store::cluster::{Cluster, Command, Signal};
 
-use crate::engine::{Engine, WeakEngine};
+use super::{Engine, WeakEngine};
 use crate::error::EngineError;
 use crate::follow::PAGE;
 use crate::instance::{self, Gone, Owner};
