@@ -40,12 +40,27 @@ pub fn otid(id: MessageId, index: usize) -> String {
 }
 
 fn base(kind: &str, id: MessageId, date: DateTime<Utc>, run: Option<RunId>) -> Value {
+    // What the model wrote names its step (`/v1/runs/{id}/steps`: the
+    // model that wrote it, its usage): stored message `id` is one step.
+    let written = matches!(
+        kind,
+        "reasoning_message"
+            | "assistant_message"
+            | "tool_call_message"
+            | "approval_request_message"
+    );
     json!({
         "id": message_id(id),
         "date": date,
         "message_type": kind,
         "run_id": run.map(run_id),
+        "step_id": written.then(|| step_id(id)),
     })
+}
+
+/// Letta's id of the step that wrote stored message `id`.
+pub fn step_id(id: MessageId) -> String {
+    format!("step-{id}")
 }
 
 fn with(mut value: Value, fields: Value) -> Value {

@@ -530,7 +530,7 @@ pub async fn steps(
         .map(|m| {
             let usage = m.usage.unwrap_or_default();
             json!({
-                "id": format!("step-{}", m.id),
+                "id": render::step_id(m.id),
                 "run_id": render::run_id(record.id),
                 "agent_id": agent_id,
                 "model": m.model,

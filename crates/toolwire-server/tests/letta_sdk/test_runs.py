@@ -70,6 +70,12 @@ def test_async_send_is_a_run_to_read_back(serve):
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     steps = client.runs.steps.list(run.id).items
     assert len(steps) == 2 and all(s.run_id == run.id for s in steps)
+    # What the model wrote names its step, and the step the model.
+    models = {s.id: s.model for s in steps}
+    written = [m for m in messages if m.message_type != "user_message"
+               and m.message_type != "tool_return_message"]
+    assert written and all(models.get(m.step_id) == "scripted-sdk" for m in written), (
+        [(m.message_type, m.step_id) for m in written], models)
     # Listed, newest first, by agent and by status.
     again = client.runs.list(agent_ids=[agent.id]).items
     assert [r.id for r in again] == [run.id]
