@@ -144,12 +144,26 @@ impl Chat {
         Ok(true)
     }
 
+    /// Whether no turn runs in `conversation`, waiting a little for one
+    /// that is ending: a command typed as soon as the answer shows would
+    /// otherwise meet the turn still storing its last step.
+    async fn settled(&self, conversation: ConversationId) -> bool {
+        const ENDING: Duration = Duration::from_secs(3);
+        let deadline = tokio::time::Instant::now() + ENDING;
+        while self.engine.is_running(conversation) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     async fn command(&mut self, name: &str, rest: &str) -> Result<()> {
         let conversation = self.conversation();
         let engine = self.engine.clone();
         let store = engine.store();
-        if self.engine.is_running(conversation) && matches!(name, "switch" | "edit" | "regenerate")
-        {
+        if matches!(name, "switch" | "edit" | "regenerate") && !self.settled(conversation).await {
             bail!("a turn is running; wait for it or press Ctrl-C first");
         }
         match name {
