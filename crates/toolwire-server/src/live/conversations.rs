@@ -177,7 +177,10 @@ pub async fn messages(
     }
 }
 
+/// Unknown fields are refused, so a misspelt `text` is named (422) rather
+/// than read as an empty message.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SendRequest {
     /// May be empty when `images` are given.
     #[serde(default)]
@@ -195,6 +198,7 @@ pub struct SendRequest {
 /// An image in a sent message: base64 `data`, and the type the client
 /// says it is (checked against the bytes).
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SentImage {
     data: String,
     #[serde(default)]
