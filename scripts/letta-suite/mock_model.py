@@ -63,7 +63,13 @@ def calls_for(text, tools):
         params = (fn.get("parameters") or {}).get("properties") or {}
         ints = [k for k, v in params.items() if v.get("type") in ("integer", "number")]
         strs = [k for k, v in params.items() if v.get("type") == "string"]
-        if ints and not strs:
+        if len(ints) > 1 and not strs:
+            # "add 42 and 58": the numbers after the tool's name, in order.
+            at = lowered.index(name.lower())
+            end = text.find(".", at)
+            numbers = [int(n) for n in re.findall(r"-?\d+", text[at : end if end >= 0 else None])]
+            calls.append((name, {k: numbers[i] if i < len(numbers) else 1 for i, k in enumerate(ints)}))
+        elif ints and not strs:
             values = [int(n) for n in re.findall(r"num_sides\s*=\s*(\d+)", text)]
             if not values:
                 m = re.search(r"(\d+)[ -]sid", text)
