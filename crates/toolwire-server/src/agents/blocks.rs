@@ -81,23 +81,9 @@ pub struct BlockCreate {
     pub project_id: Option<String>,
 }
 
-/// What changing a block takes (Letta's `BlockUpdate`): fields given
-/// replace the stored ones.
-#[derive(Debug, Default, Clone, Deserialize)]
-pub struct BlockUpdate {
-    pub label: Option<String>,
-    pub value: Option<String>,
-    pub limit: Option<u64>,
-    pub description: Option<String>,
-    pub read_only: Option<bool>,
-    /// An object, as Letta's schema has it.
-    pub metadata: Option<serde_json::Map<String, Value>>,
-    pub tags: Option<Vec<String>>,
-    pub hidden: Option<bool>,
-    pub is_template: Option<bool>,
-    pub template_name: Option<String>,
-    pub project_id: Option<String>,
-}
+/// What changing a block takes (Letta's `BlockUpdate`): the same fields
+/// as [`BlockCreate`]; those given replace the stored ones.
+pub type BlockUpdate = BlockCreate;
 
 /// Characters of `value`, as Letta counts them (Python's `len`).
 pub fn chars(value: &str) -> u64 {
