@@ -2,7 +2,8 @@
 //! real binary with a mock OpenAI server on loopback calls a slow command,
 //! is killed with SIGKILL while it runs, and is started again on the same
 //! SQLite file. The next request the model gets answers every call, and
-//! the stored messages show the cut turn as interrupted.
+//! the stored messages show the cut turn as interrupted. Words typed into
+//! the cut turn reach the model once after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -169,4 +170,122 @@ async fn after_a_kill_mid_tool_every_call_has_a_result_and_the_turn_shows_interr
     // Right under the calls, one after the other.
     assert_eq!(results[0].parent_id, Some(asked.id));
     assert_eq!(results[1].parent_id, Some(results[0].id));
+}
+
+/// `toolwire chat` on the same file and model as [`toolwire`]'s `exec`.
+fn chat(dir: &Path, db: &str, url: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    cmd.current_dir(dir).env_remove("RUST_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLWIRE_") || k.ends_with("_API_KEY") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args([
+        "chat",
+        "--db",
+        db,
+        "--provider",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "gpt-test",
+    ]);
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+fn times_in(request: &toolwire_test_support::Request, text: &str) -> usize {
+    request.body.to_string().matches(text).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn words_interjected_into_a_killed_turn_reach_the_model_once_after_the_restart() {
+    let server = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Running it.",
+            &[Call {
+                id: "call_sleep",
+                name: "run_command",
+                arguments: json!({"command": "sleep 30"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Noted the cat.", &[])),
+        Reply::sse(openai_sse("Still noted.", &[])),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("crash.db").display());
+
+    let mut child = chat(dir.path(), &db, &server.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    use tokio::io::AsyncWriteExt;
+    stdin.write_all(b"run it\n").await.unwrap();
+    // The call runs (the model was asked once): the words are an
+    // interjection, kept once chat says it noted them.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while server.received().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await
+    .unwrap();
+    stdin.write_all(b"and mind the cat\n").await.unwrap();
+    let mut conversation = None;
+    let noted = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            // The banner: "toolwire chat · model … · conversation ID".
+            if let Some((_, id)) = line.split_once("· conversation ") {
+                conversation = Some(id.trim().to_owned());
+            }
+            if line.starts_with("(noted") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(noted, Ok(true), "the words were taken as an interjection");
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let conversation = conversation.expect("chat names its conversation");
+
+    for (prompt, answer) in [("status?", "Noted the cat."), ("again?", "Still noted.")] {
+        let out = toolwire(dir.path(), &db, &server.url)
+            .args(["--conversation", &conversation, prompt])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), answer);
+    }
+    let received = server.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(times_in(&received[0], "mind the cat"), 0);
+    // After the restart the words reach the model once, and once only
+    // after that (in the history, not again as news).
+    assert_eq!(
+        times_in(&received[1], "mind the cat"),
+        1,
+        "{}",
+        received[1].body
+    );
+    assert_eq!(
+        times_in(&received[2], "mind the cat"),
+        1,
+        "{}",
+        received[2].body
+    );
 }

@@ -23,6 +23,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
 use crate::instance::{self, Registration};
+use crate::interjections::{self, Interjections};
 use crate::keyed_locks::{Held, KeyedLocks};
 use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
@@ -114,6 +115,8 @@ struct Inner {
     notifier: Notifier,
     /// Keeps `notifications` in the store as they change.
     _keeper: Keeper,
+    /// Keeps the words queued in `active` in the store.
+    interjections: Interjections,
     /// Set once the engine stops taking turns; counts the running ones.
     stopping: Stopping,
     /// Held by a turn's start and by a change to a conversation (`edit`).
@@ -136,6 +139,7 @@ impl Inner {
             bus: &self.bus,
             notifications: &self.notifications,
             active: &self.active,
+            interjections: &self.interjections,
             instance: self.instance.record().id,
             notifier: &self.notifier,
             stopping: &self.stopping,
@@ -219,7 +223,7 @@ impl Engine {
         .await?;
         let notifications = Arc::new(Hub::default());
         if config.notifications.enabled {
-            keep::take_over(
+            take_over_waiting(
                 store.as_ref(),
                 &notifications,
                 &config.notifications.queue,
@@ -229,6 +233,7 @@ impl Engine {
             .await?;
         }
         let keeper = Keeper::start(store.clone(), &notifications, instance.record().id);
+        let interjections = Interjections::new(store.clone(), instance.record().id);
         let sweep_every = config.heartbeat_interval;
         let inner = Arc::new_cyclic(|weak| Inner {
             store,
@@ -242,6 +247,7 @@ impl Engine {
             instance,
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
+            interjections,
             stopping: Stopping::default(),
             edits: KeyedLocks::default(),
             _cluster_tasks: cluster::start(WeakEngine(weak.clone()), &cluster, sweep_every),
@@ -334,10 +340,11 @@ impl Engine {
         &self.inner.feeds
     }
 
-    /// Takes over the pending notifications of instances that are gone.
+    /// Takes over the pending notifications and queued interjections of
+    /// instances that are gone.
     pub(crate) async fn take_over_notifications(&self) -> Result<(), EngineError> {
         if self.inner.config.notifications.enabled {
-            keep::take_over(
+            take_over_waiting(
                 self.inner.store.as_ref(),
                 &self.inner.notifications,
                 &self.inner.config.notifications.queue,
@@ -1022,16 +1029,24 @@ impl Engine {
         // ending just then).
         let mut attempts = 0;
         loop {
-            {
+            let queued = {
                 let mut active = self
                     .inner
                     .active
                     .lock()
                     .map_err(|_| EngineError::TurnInProgress(conversation))?;
-                if let Some(turn) = active.get_mut(&conversation) {
-                    turn.interjections.push_back(text.to_owned());
-                    return Ok(Interjection::Queued);
+                match active.get_mut(&conversation) {
+                    Some(turn) => {
+                        turn.interjections.push_back(text.to_owned());
+                        true
+                    }
+                    None => false,
                 }
+            };
+            if queued {
+                // Kept before the answer: a crash from here on loses no word.
+                self.keep_interjections(conversation).await;
+                return Ok(Interjection::Queued);
             }
             let options = self.conversation_options(conversation);
             match self
@@ -1059,6 +1074,15 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Writes what waits for `conversation`'s turn to the store.
+    async fn keep_interjections(&self, conversation: ConversationId) {
+        let active = &self.inner.active;
+        self.inner
+            .interjections
+            .keep_or_warn(conversation, || turn::queued(active, conversation))
+            .await;
     }
 
     async fn start_turn(
@@ -1274,14 +1298,18 @@ impl Engine {
             return;
         }
         let text = words.join("\n\n");
-        match (leaf, pending) {
+        let handled = match (leaf, pending) {
             (Ok(leaf), Ok(_)) if started => {
                 let user = user_message(conversation, leaf, &text);
-                if let Err(e) = self
+                match self
                     .spawn_turn(conversation, next, cancel, turn::Start::User(user), options)
                     .await
                 {
-                    tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                        false
+                    }
                 }
             }
             // The turn paused for answers: the words wait as the user's
@@ -1294,9 +1322,17 @@ impl Engine {
                     Incoming::text(USER_SOURCE, Priority::High, text),
                 );
                 tracing::info!(%conversation, "a late interjection waits for the paused turn");
+                match self.keep_notifications().await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(%conversation, error = %e, "a late interjection could not be kept as a notification");
+                        false
+                    }
+                }
             }
             (Err(e), _) | (_, Err(e)) => {
                 tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
+                false
             }
             // Stopping: the words are stored, answered by no model; the
             // next message goes on from them.
@@ -1306,10 +1342,19 @@ impl Engine {
                     run_id,
                     message: user.clone(),
                 };
-                if let Err(e) = self.inner.bus.store_message(&user, vec![event]).await {
-                    tracing::error!(%conversation, error = %e, "a late interjection could not be stored");
+                match self.inner.bus.store_message(&user, vec![event]).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::error!(%conversation, error = %e, "a late interjection could not be stored");
+                        false
+                    }
                 }
             }
+        };
+        // Words not handled stay kept, for whoever takes this instance's
+        // place.
+        if handled {
+            self.keep_interjections(conversation).await;
         }
     }
 }
@@ -1332,4 +1377,19 @@ impl EventLog for Engine {
 enum Origin {
     FrontDoor,
     Engine,
+}
+
+/// Takes over what instances now gone kept waiting: their pending
+/// notifications, then their queued interjections (which wait as
+/// notifications).
+async fn take_over_waiting(
+    store: &dyn Store,
+    hub: &Hub,
+    config: &toolwire_core::NotifyConfig,
+    me: &InstanceRecord,
+    stale_after: std::time::Duration,
+) -> Result<(), EngineError> {
+    keep::take_over(store, hub, config, me, stale_after).await?;
+    interjections::take_over(store, hub, config, me, stale_after).await?;
+    Ok(())
 }

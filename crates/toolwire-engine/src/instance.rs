@@ -9,7 +9,7 @@
 //! own host, when its process has exited (so a crash is noticed at the next
 //! start, without waiting for the heartbeat to go stale).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -190,6 +190,48 @@ pub(crate) fn judge_here(
 ) -> Owner {
     let live = |id| live_here().contains(&id);
     judge(owner, me, now, stale_after, live, process_alive)
+}
+
+/// The documents of `kind` that instances now gone kept for themselves
+/// (each names its instance: `instance_of`), read as `T`, with their ids.
+/// An unreadable document is left alone, with a warning.
+pub(crate) async fn kept_by_gone<T: serde::de::DeserializeOwned>(
+    store: &dyn Store,
+    kind: &str,
+    me: &InstanceRecord,
+    stale_after: Duration,
+    instance_of: impl Fn(&T) -> InstanceId,
+) -> Result<Vec<(String, T)>, StoreError> {
+    let now = Utc::now();
+    let mut gone = Vec::new();
+    // A gone engine may have kept many conversations': judged once.
+    let mut judged: HashMap<InstanceId, Owner> = HashMap::new();
+    for document in store.documents(kind).await? {
+        let kept: T = match serde_json::from_value(document.body) {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!(kind, document = %document.id, error = %e, "an unreadable document left alone");
+                continue;
+            }
+        };
+        let instance = instance_of(&kept);
+        if instance == me.id {
+            continue;
+        }
+        let owner = match judged.get(&instance) {
+            Some(owner) => *owner,
+            None => {
+                let record = store.instance(instance).await?;
+                let owner = judge_here(record.as_ref(), me, now, stale_after);
+                judged.insert(instance, owner);
+                owner
+            }
+        };
+        if owner != Owner::Alive {
+            gone.push((document.id, kept));
+        }
+    }
+    Ok(gone)
 }
 
 /// Interrupts the unfinished runs whose owner is gone, each with a

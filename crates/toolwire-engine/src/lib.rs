@@ -47,6 +47,7 @@ mod engine;
 mod error;
 mod follow;
 mod instance;
+mod interjections;
 mod keyed_locks;
 pub mod notify;
 mod records;

@@ -14,7 +14,6 @@
 //! there, or two engines starting at once, may deliver a notification
 //! twice, never lose it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use toolwire_core::{Batch, ConversationId, InstanceId, Notice, NotifyConfig};
 use toolwire_store::{InstanceRecord, Store, StoreError};
 
 use super::Hub;
-use crate::instance::{self, Owner};
+use crate::instance;
 
 const KIND: &str = "pending_notifications";
 
@@ -105,33 +104,9 @@ pub(crate) async fn take_over(
     me: &InstanceRecord,
     stale_after: Duration,
 ) -> Result<usize, StoreError> {
-    let now = chrono::Utc::now();
     let mut taken = Vec::new();
-    // A gone engine may have kept many conversations': judged once.
-    let mut judged: HashMap<InstanceId, Owner> = HashMap::new();
-    for document in store.documents(KIND).await? {
-        let kept: Kept = match serde_json::from_value(document.body) {
-            Ok(kept) => kept,
-            Err(e) => {
-                tracing::warn!(document = %document.id, error = %e, "unreadable pending notifications left alone");
-                continue;
-            }
-        };
-        if kept.instance == me.id {
-            continue;
-        }
-        let owner = match judged.get(&kept.instance) {
-            Some(owner) => *owner,
-            None => {
-                let record = store.instance(kept.instance).await?;
-                let owner = instance::judge_here(record.as_ref(), me, now, stale_after);
-                judged.insert(kept.instance, owner);
-                owner
-            }
-        };
-        if owner == Owner::Alive {
-            continue;
-        }
+    let gone = instance::kept_by_gone(store, KIND, me, stale_after, |k: &Kept| k.instance).await?;
+    for (id, kept) in gone {
         let conversation = kept.conversation;
         let batch = Batch {
             notices: kept.notices,
@@ -139,7 +114,7 @@ pub(crate) async fn take_over(
             dropped: kept.dropped,
         };
         hub.restore(config, conversation, batch);
-        taken.push((document.id, conversation));
+        taken.push((id, conversation));
     }
     if taken.is_empty() {
         return Ok(0);

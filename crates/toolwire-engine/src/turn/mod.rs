@@ -34,6 +34,7 @@ use toolwire_tools::{Notifier, ToolRegistry, ToolSpec};
 
 use crate::bus::EventBus;
 use crate::config::EngineConfig;
+use crate::interjections::Interjections;
 use crate::notify::Hub;
 use crate::shutdown::Stopping;
 
@@ -110,6 +111,21 @@ pub(crate) struct ActiveTurn {
     pub(crate) interjections: VecDeque<String>,
 }
 
+/// The words waiting for `conversation`'s running turn (what
+/// [`crate::interjections`] keeps).
+pub(crate) fn queued(
+    active: &Mutex<HashMap<ConversationId, ActiveTurn>>,
+    conversation: ConversationId,
+) -> Vec<String> {
+    match active.lock() {
+        Ok(active) => active
+            .get(&conversation)
+            .map(|turn| turn.interjections.iter().cloned().collect())
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// How a turn begins.
 pub(crate) enum Start {
     /// With a new user message (its parent set).
@@ -184,6 +200,8 @@ pub(crate) struct Context<'a> {
     pub(crate) notifications: &'a Hub,
     /// The running turns, for this turn's interjections.
     pub(crate) active: &'a Mutex<HashMap<ConversationId, ActiveTurn>>,
+    /// Keeps the words queued in `active` in the store.
+    pub(crate) interjections: &'a Interjections,
     /// The owner of the runs this engine starts.
     pub(crate) instance: InstanceId,
     /// Given to every tool call.

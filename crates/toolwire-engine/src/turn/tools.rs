@@ -348,7 +348,11 @@ impl Turn<'_> {
                             None
                         }
                     };
+                    let reminded = reminder.is_some();
                     self.store_result(&call_id, result, took, reminder).await?;
+                    if reminded {
+                        self.interjections_stored().await;
+                    }
                 }
             }
         }
@@ -378,8 +382,19 @@ impl Turn<'_> {
             };
             self.cx.bus.store_message(&user, vec![event]).await?;
             self.leaf = user.id;
+            self.interjections_stored().await;
         }
         Ok(())
+    }
+
+    /// Taken words are stored on a message: the store's copy of what
+    /// waits follows (kept until then, should the process die).
+    async fn interjections_stored(&self) {
+        let (active, conversation) = (self.cx.active, self.conversation);
+        self.cx
+            .interjections
+            .keep_or_warn(conversation, || super::queued(active, conversation))
+            .await;
     }
 
     pub(super) fn take_interjections(&self) -> Vec<String> {
