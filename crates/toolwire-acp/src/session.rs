@@ -25,7 +25,7 @@ use crate::state::{Session, Tally};
 use crate::updates::{Updates, add_metrics};
 use crate::usage::{self, Meter};
 use crate::views::Views;
-use crate::{convert, titles, views};
+use crate::{convert, sessions, titles, views};
 use toolwire_store::Blob;
 
 /// How a prompt's turn starts.
@@ -54,7 +54,7 @@ pub(crate) async fn run_prompt(
     let options = || session.turn_options();
     let tally = tally(engine, session).await;
     if !tally.titled {
-        if let Some(title) = usage::title_of(text) {
+        if let Some(title) = sessions::title_of(text) {
             cx.send_notification(SessionNotification::new(
                 session_id.clone(),
                 SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
