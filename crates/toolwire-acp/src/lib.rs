@@ -43,6 +43,7 @@
 mod auth;
 mod client_fs;
 mod commands;
+mod compact;
 mod config;
 mod convert;
 mod edits;
@@ -265,8 +266,8 @@ pub async fn serve(
         .v1()
         .name("toolwire")
         .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx| {
-                a1.initialize(request, responder)
+            async move |request: compact::Initialize, responder, _cx| {
+                a1.initialize(request.0, responder)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -424,7 +425,7 @@ impl AcpAgent {
     fn initialize(
         &self,
         request: InitializeRequest,
-        responder: Responder<InitializeResponse>,
+        responder: Responder<compact::Compact>,
     ) -> AcpResult {
         tracing::info!(client = ?request.client_info, "ACP initialize");
         if let Ok(mut caps) = self.caps.lock() {
@@ -449,7 +450,7 @@ impl AcpAgent {
             // Streamable HTTP; SSE is deprecated in MCP and not offered.
             .mcp_capabilities(McpCapabilities::new().http(true))
             .meta(agent_meta());
-        responder.respond(
+        responder.respond(compact::Compact(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
                 .auth_methods(self.auth_methods())
@@ -457,7 +458,7 @@ impl AcpAgent {
                     "toolwire",
                     env!("CARGO_PKG_VERSION"),
                 )),
-        )
+        ))
     }
 
     /// The engine's tools with the built-in ones rooted at `cwd` (file
