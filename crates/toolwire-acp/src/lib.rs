@@ -431,14 +431,19 @@ impl AcpAgent {
         if let Ok(mut caps) = self.caps.lock() {
             *caps = ClientCaps::from_request(&request);
         }
-        // One answer for every session, before any: images are taken when
-        // a model of the registry can see them (a session whose model
-        // cannot gets a clear error, never a silent drop).
+        // One answer for every session, before any: images are offered
+        // when the model a new session starts with (the default) can see
+        // them. A session on a model that cannot (chosen, or stored with
+        // the session) refuses an image with an error naming the model,
+        // never a silent drop; one switched to a model that can takes
+        // images even though the editor was not offered them.
         let vision = self
             .engine
             .models()
-            .iter()
-            .any(|m| m.info.capabilities.vision);
+            .default_entry()
+            .info
+            .capabilities
+            .vision;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .session_capabilities(history::capabilities())
