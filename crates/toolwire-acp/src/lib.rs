@@ -703,6 +703,7 @@ impl AcpAgent {
             model: Arc::new(Mutex::new(chosen)),
             tally: Arc::default(),
             interjected: Arc::default(),
+            late_words: state::LateWords::default(),
             turns: Arc::default(),
             waiting: Arc::default(),
             cancels: Arc::default(),
@@ -1157,6 +1158,8 @@ impl AcpAgent {
             };
             let has_images = prompt::has_images(&content);
             let mut start = session::Start::Send(content);
+            // The session's turn, when taken while words waited for it.
+            let mut held = None;
             if interject && !has_images && session.is_prompting() {
                 match engine.interject(session.conversation, &text).await {
                     Ok(toolwire_engine::Interjection::Queued) => {
@@ -1175,13 +1178,41 @@ impl AcpAgent {
                     Ok(toolwire_engine::Interjection::Started(handle)) => {
                         start = session::Start::Running(handle);
                     }
+                    // The running prompt's turn waits for the editor's
+                    // permission answer: the words join the turn that goes
+                    // on after it (handed over by the running prompt), and
+                    // this prompt is answered when that turn ends.
+                    Err(toolwire_engine::EngineError::ApprovalPending { .. }) => {
+                        let ticket = session.late_words.add(&text);
+                        tracing::info!(session = %session_id.0, "ACP prompt kept for the turn paused for a permission answer");
+                        session.waiting.fetch_add(1, Ordering::SeqCst);
+                        let turn = session.turns.clone().lock_owned().await;
+                        session.waiting.fetch_sub(1, Ordering::SeqCst);
+                        if !session.late_words.withdraw(ticket) {
+                            let stop = if session.cancels.load(Ordering::SeqCst) == cancels {
+                                StopReason::EndTurn
+                            } else {
+                                StopReason::Cancelled
+                            };
+                            return responder.respond(PromptResponse::new(stop));
+                        }
+                        // Never handed over (the turn was cancelled, or did
+                        // not go on): a prompt of its own, as if queued.
+                        held = Some(turn);
+                    }
                     Err(e) => return responder.respond_with_error(internal(e)),
                 }
             }
             // A session with prompts waiting is not parked under them.
-            session.waiting.fetch_add(1, Ordering::SeqCst);
-            let _turn = session.turns.clone().lock_owned().await;
-            session.waiting.fetch_sub(1, Ordering::SeqCst);
+            let _turn = match held {
+                Some(turn) => turn,
+                None => {
+                    session.waiting.fetch_add(1, Ordering::SeqCst);
+                    let turn = session.turns.clone().lock_owned().await;
+                    session.waiting.fetch_sub(1, Ordering::SeqCst);
+                    turn
+                }
+            };
             if session.cancels.load(Ordering::SeqCst) != cancels
                 && matches!(start, session::Start::Send(_))
             {
