@@ -16,9 +16,11 @@
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
 //! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
 //! (`notify.rs`) feeds the engine's notifications. A prompt's images and
-//! linked files become the user message in `prompt.rs`; usage and the
-//! session's title go out from `usage.rs`; what a call's last update
-//! showed is kept for `session/load` by `views.rs`.
+//! linked files become the user message in `prompt.rs`; usage goes out
+//! from `usage.rs`, the session's title (one rule, `sessions::title_of`)
+//! from `session.rs`; what a call's last update showed is kept for
+//! `session/load` by `views.rs`; `initialize` is answered without the
+//! fields equal to their schema defaults (`compact.rs`).
 //! A session's mode
 //! (`modes.rs`) decides what asks and which sandbox its commands run
 //! under; its config options are `config.rs`; what is kept beside the
