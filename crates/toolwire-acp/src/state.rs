@@ -174,7 +174,14 @@ pub(crate) struct Tally {
 /// whose words were never handed over (the turn was cancelled, or did not
 /// go on) withdraws them and runs them as a prompt of its own.
 #[derive(Clone, Default)]
-pub(crate) struct LateWords(Arc<Mutex<(u64, Vec<(u64, String)>)>>);
+pub(crate) struct LateWords(Arc<Mutex<Kept>>);
+
+/// The last ticket given, and the words kept under theirs.
+#[derive(Default)]
+struct Kept {
+    last: u64,
+    words: Vec<(u64, String)>,
+}
 
 impl LateWords {
     /// Keeps `text`; its ticket.
@@ -182,9 +189,9 @@ impl LateWords {
         let Ok(mut words) = self.0.lock() else {
             return 0;
         };
-        words.0 += 1;
-        let ticket = words.0;
-        words.1.push((ticket, text.to_owned()));
+        words.last += 1;
+        let ticket = words.last;
+        words.words.push((ticket, text.to_owned()));
         ticket
     }
 
@@ -192,14 +199,14 @@ impl LateWords {
     pub(crate) fn take_all(&self) -> Vec<(u64, String)> {
         self.0
             .lock()
-            .map(|mut w| w.1.drain(..).collect())
+            .map(|mut w| w.words.drain(..).collect())
             .unwrap_or_default()
     }
 
     /// Keeps again words taken that could not be handed over.
     pub(crate) fn put_back(&self, ticket: u64, text: String) {
         if let Ok(mut words) = self.0.lock() {
-            words.1.push((ticket, text));
+            words.words.push((ticket, text));
         }
     }
 
@@ -208,9 +215,9 @@ impl LateWords {
         let Ok(mut words) = self.0.lock() else {
             return false;
         };
-        let before = words.1.len();
-        words.1.retain(|(t, _)| *t != ticket);
-        words.1.len() != before
+        let before = words.words.len();
+        words.words.retain(|(t, _)| *t != ticket);
+        words.words.len() != before
     }
 }
 
