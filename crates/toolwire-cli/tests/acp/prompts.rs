@@ -540,6 +540,7 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
     let editor = Editor::answering(Answer::Later("allow_once", 1_500));
     let asked = editor.asked.clone();
     let cwd = dirs.cwd();
+    let model = &mock;
     let answers = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
@@ -552,21 +553,22 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
             }
             assert_eq!(asked.lock().unwrap().len(), 1, "the turn asks first");
             let second = cx.send_request(prompt_request(&session, "also say hello"));
-            let order = Arc::new(Mutex::new(Vec::new()));
-            let (o1, o2) = (order.clone(), order.clone());
+            // Each answer, with the model calls made by the time it came:
+            // the second is answered once the turn it joined has ended
+            // (both after the turn's second model call; which of the two
+            // answers is read first is up to the join).
             let (a, b) = tokio::join!(
-                async move {
+                async {
                     let r = first.block_task().await;
-                    o1.lock().unwrap().push(1);
-                    r
+                    (r, model.received().len())
                 },
-                async move {
+                async {
                     let r = second.block_task().await;
-                    o2.lock().unwrap().push(2);
-                    r
+                    (r, model.received().len())
                 }
             );
-            assert_eq!(*order.lock().unwrap(), [1, 2]);
+            assert_eq!((a.1, b.1), (2, 2), "answered before the turn ended");
+            let (a, b) = (a.0, b.0);
             // The session goes on.
             let third = prompt(&cx, &session, "and then?").await?;
             Ok([a?.stop_reason, b?.stop_reason, third])
