@@ -32,14 +32,10 @@ enum Builtin {
     Model,
 }
 
-/// The built-in commands: name, description, input hint.
+/// The built-in commands: name, description (short: every session is
+/// told them), input hint.
 const BUILTINS: &[(Builtin, &str, &str, Option<&str>)] = &[
-    (
-        Builtin::Compact,
-        "compact",
-        "Summarise the older part of this session",
-        None,
-    ),
+    (Builtin::Compact, "compact", "Summarise older turns", None),
     (Builtin::Fork, "fork", "Fork this session", None),
     (Builtin::Model, "model", "Switch the model", Some("name")),
 ];

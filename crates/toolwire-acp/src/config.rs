@@ -41,7 +41,9 @@ pub(crate) fn reasons(engine: &Engine, name: Option<&str>) -> bool {
         .reasoning
 }
 
-/// The session's options, with their current values.
+/// The session's options, with their current values. Every session's
+/// answer carries them: names and choices, no descriptions where the name
+/// says it (a model's choice names its provider model when that differs).
 pub(crate) fn options(engine: &Engine, session: &Session) -> Vec<SessionConfigOption> {
     let models = engine.models();
     let current = session
@@ -62,7 +64,6 @@ pub(crate) fn options(engine: &Engine, session: &Session) -> Vec<SessionConfigOp
         SessionConfigOption::select(MODE, "Mode", session.mode().id(), modes::choices())
             .category(SessionConfigOptionCategory::Mode),
         SessionConfigOption::select(MODEL, "Model", current, choices)
-            .description("The model that answers this session's prompts".to_owned())
             .category(SessionConfigOptionCategory::Model),
     ];
     if session.model_reasons.load(Ordering::SeqCst) {

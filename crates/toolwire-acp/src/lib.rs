@@ -16,9 +16,11 @@
 //! (`client_fs.rs`, `terminal.rs`) — the engine only sees tools of those
 //! names. Edits show the diff they make (`edits.rs`). `_toolwire/notify`
 //! (`notify.rs`) feeds the engine's notifications. A prompt's images and
-//! linked files become the user message in `prompt.rs`; usage and the
-//! session's title go out from `usage.rs`; what a call's last update
-//! showed is kept for `session/load` by `views.rs`.
+//! linked files become the user message in `prompt.rs`; usage goes out
+//! from `usage.rs`, the session's title (one rule, `sessions::title_of`)
+//! from `session.rs`; what a call's last update showed is kept for
+//! `session/load` by `views.rs`; `initialize` is answered without the
+//! fields equal to their schema defaults (`compact.rs`).
 //! A session's mode
 //! (`modes.rs`) decides what asks and which sandbox its commands run
 //! under; its config options are `config.rs`; what is kept beside the
@@ -43,6 +45,7 @@
 mod auth;
 mod client_fs;
 mod commands;
+mod compact;
 mod config;
 mod convert;
 mod edits;
@@ -265,8 +268,8 @@ pub async fn serve(
         .v1()
         .name("toolwire")
         .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx| {
-                a1.initialize(request, responder)
+            async move |request: compact::Initialize, responder, _cx| {
+                a1.initialize(request.0, responder)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -424,20 +427,25 @@ impl AcpAgent {
     fn initialize(
         &self,
         request: InitializeRequest,
-        responder: Responder<InitializeResponse>,
+        responder: Responder<compact::Compact>,
     ) -> AcpResult {
         tracing::info!(client = ?request.client_info, "ACP initialize");
         if let Ok(mut caps) = self.caps.lock() {
             *caps = ClientCaps::from_request(&request);
         }
-        // One answer for every session, before any: images are taken when
-        // a model of the registry can see them (a session whose model
-        // cannot gets a clear error, never a silent drop).
+        // One answer for every session, before any: images are offered
+        // when the model a new session starts with (the default) can see
+        // them. A session on a model that cannot (chosen, or stored with
+        // the session) refuses an image with an error naming the model,
+        // never a silent drop; one switched to a model that can takes
+        // images even though the editor was not offered them.
         let vision = self
             .engine
             .models()
-            .iter()
-            .any(|m| m.info.capabilities.vision);
+            .default_entry()
+            .info
+            .capabilities
+            .vision;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .session_capabilities(history::capabilities())
@@ -449,7 +457,7 @@ impl AcpAgent {
             // Streamable HTTP; SSE is deprecated in MCP and not offered.
             .mcp_capabilities(McpCapabilities::new().http(true))
             .meta(agent_meta());
-        responder.respond(
+        responder.respond(compact::Compact(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
                 .auth_methods(self.auth_methods())
@@ -457,7 +465,7 @@ impl AcpAgent {
                     "toolwire",
                     env!("CARGO_PKG_VERSION"),
                 )),
-        )
+        ))
     }
 
     /// The engine's tools with the built-in ones rooted at `cwd` (file
@@ -697,6 +705,7 @@ impl AcpAgent {
             model: Arc::new(Mutex::new(chosen)),
             tally: Arc::default(),
             interjected: Arc::default(),
+            late_words: state::LateWords::default(),
             turns: Arc::default(),
             waiting: Arc::default(),
             cancels: Arc::default(),
@@ -1151,6 +1160,8 @@ impl AcpAgent {
             };
             let has_images = prompt::has_images(&content);
             let mut start = session::Start::Send(content);
+            // The session's turn, when taken while words waited for it.
+            let mut held = None;
             if interject && !has_images && session.is_prompting() {
                 match engine.interject(session.conversation, &text).await {
                     Ok(toolwire_engine::Interjection::Queued) => {
@@ -1169,13 +1180,41 @@ impl AcpAgent {
                     Ok(toolwire_engine::Interjection::Started(handle)) => {
                         start = session::Start::Running(handle);
                     }
+                    // The running prompt's turn waits for the editor's
+                    // permission answer: the words join the turn that goes
+                    // on after it (handed over by the running prompt), and
+                    // this prompt is answered when that turn ends.
+                    Err(toolwire_engine::EngineError::ApprovalPending { .. }) => {
+                        let ticket = session.late_words.add(&text);
+                        tracing::info!(session = %session_id.0, "ACP prompt kept for the turn paused for a permission answer");
+                        session.waiting.fetch_add(1, Ordering::SeqCst);
+                        let turn = session.turns.clone().lock_owned().await;
+                        session.waiting.fetch_sub(1, Ordering::SeqCst);
+                        if !session.late_words.withdraw(ticket) {
+                            let stop = if session.cancels.load(Ordering::SeqCst) == cancels {
+                                StopReason::EndTurn
+                            } else {
+                                StopReason::Cancelled
+                            };
+                            return responder.respond(PromptResponse::new(stop));
+                        }
+                        // Never handed over (the turn was cancelled, or did
+                        // not go on): a prompt of its own, as if queued.
+                        held = Some(turn);
+                    }
                     Err(e) => return responder.respond_with_error(internal(e)),
                 }
             }
             // A session with prompts waiting is not parked under them.
-            session.waiting.fetch_add(1, Ordering::SeqCst);
-            let _turn = session.turns.clone().lock_owned().await;
-            session.waiting.fetch_sub(1, Ordering::SeqCst);
+            let _turn = match held {
+                Some(turn) => turn,
+                None => {
+                    session.waiting.fetch_add(1, Ordering::SeqCst);
+                    let turn = session.turns.clone().lock_owned().await;
+                    session.waiting.fetch_sub(1, Ordering::SeqCst);
+                    turn
+                }
+            };
             if session.cancels.load(Ordering::SeqCst) != cancels
                 && matches!(start, session::Start::Send(_))
             {

@@ -70,17 +70,6 @@ impl SessionMode {
         }
     }
 
-    /// Short: every session's answer carries all four (the editor's
-    /// bytes).
-    fn description(self) -> &'static str {
-        match self {
-            SessionMode::ReadOnly => "No edits, no commands",
-            SessionMode::Ask => "Asks before edits and commands",
-            SessionMode::AcceptEdits => "Edits run unasked; commands ask",
-            SessionMode::FullAccess => "Nothing asks",
-        }
-    }
-
     /// The mode named `id`, or an error naming the modes there are.
     pub fn parse(id: &str) -> Result<SessionMode, String> {
         SessionMode::ALL
@@ -123,22 +112,21 @@ fn mode_list() -> String {
         .join(", ")
 }
 
-/// What the editor is told about the modes, `current` selected.
+/// What the editor is told about the modes, `current` selected: ids and
+/// names only. Every session's answer carries them, twice (here and as the
+/// `mode` config option), so no descriptions: the names say it, and
+/// docs/acp.md says what each mode lets run.
 pub(crate) fn state(current: SessionMode) -> SessionModeState {
     SessionModeState::new(
         SessionModeId::new(current.id()),
         SessionMode::ALL
             .into_iter()
-            .map(|m| {
-                agent_client_protocol::v1::schema::SessionMode::new(m.id(), m.name())
-                    .description(m.description().to_owned())
-            })
+            .map(|m| agent_client_protocol::v1::schema::SessionMode::new(m.id(), m.name()))
             .collect(),
     )
 }
 
-/// The select options of the mode config option (names only: `modes`
-/// beside it carries the descriptions).
+/// The select options of the mode config option (as [`state`]).
 pub(crate) fn choices() -> Vec<agent_client_protocol::v1::schema::SessionConfigSelectOption> {
     SessionMode::ALL
         .into_iter()

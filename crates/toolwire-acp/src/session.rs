@@ -25,7 +25,7 @@ use crate::state::{Session, Tally};
 use crate::updates::{Updates, add_metrics};
 use crate::usage::{self, Meter};
 use crate::views::Views;
-use crate::{convert, titles, views};
+use crate::{convert, sessions, titles, views};
 use toolwire_store::Blob;
 
 /// How a prompt's turn starts.
@@ -54,7 +54,7 @@ pub(crate) async fn run_prompt(
     let options = || session.turn_options();
     let tally = tally(engine, session).await;
     if !tally.titled {
-        if let Some(title) = usage::title_of(text) {
+        if let Some(title) = sessions::title_of(text) {
             cx.send_notification(SessionNotification::new(
                 session_id.clone(),
                 SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
@@ -285,6 +285,7 @@ async fn drive(
                 {
                     Responded::Started(next) => {
                         handle = next;
+                        hand_over_late_words(engine, session).await;
                         continue;
                     }
                     Responded::AlreadyApplied => {
@@ -325,6 +326,26 @@ async fn drive(
                 outcome.error.unwrap_or_default()
             ))),
         };
+    }
+}
+
+/// Gives the turn that just went on after a permission answer the words
+/// interjected while it waited (read after the calls it runs, as a user
+/// message); words it was too late for start the next turn, which the
+/// prompt follows as for any late interjection. Words the engine refuses
+/// stay kept: their own prompt runs them once this one ends.
+async fn hand_over_late_words(engine: &Engine, session: &Session) {
+    for (ticket, words) in session.late_words.take_all() {
+        match engine.interject(session.conversation, &words).await {
+            Ok(_) => {
+                session.interjected.fetch_add(1, Ordering::SeqCst);
+            }
+            // Kept: their prompt runs them on its own once this one ends.
+            Err(e) => {
+                tracing::warn!(conversation = %session.conversation, error = %e, "interjected words not handed over");
+                session.late_words.put_back(ticket, words);
+            }
+        }
     }
 }
 

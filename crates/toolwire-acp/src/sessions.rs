@@ -25,8 +25,9 @@ const KIND: &str = "acp_session";
 /// Sessions a `session/list` page holds.
 pub(crate) const PAGE: usize = 32;
 
-/// Characters of the first prompt kept as the title.
-const TITLE_CHARS: usize = 80;
+/// Titles are cut here (an editor's history list shows one line); the
+/// title is the same in `session_info_update` and `session/list`.
+const MAX_TITLE_CHARS: usize = 60;
 
 /// One session's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,15 +136,21 @@ pub(crate) async fn touch(
     .await;
 }
 
-/// The title a prompt gives: its first non-empty line, cut to
-/// [`TITLE_CHARS`] characters.
+/// The title a session's first prompt gives it, both the one
+/// `session_info_update` tells the editor and the one stored for
+/// `session/list`: its first line with words, its spaces collapsed, cut
+/// at [`MAX_TITLE_CHARS`] characters (an ellipsis included). `None` for a
+/// prompt without text.
 pub(crate) fn title_of(prompt: &str) -> Option<String> {
     let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
-    let mut title: String = line.chars().take(TITLE_CHARS).collect();
-    if line.chars().count() > TITLE_CHARS {
-        title.push('…');
+    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= MAX_TITLE_CHARS {
+        return Some(line);
     }
-    Some(title)
+    let mut cut: String = line.chars().take(MAX_TITLE_CHARS - 1).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    Some(cut)
 }
 
 /// `session/list`: a page of the stored sessions, newest first.
@@ -203,16 +210,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_title_is_the_first_line_cut_short() {
+    fn a_title_is_the_first_line_trimmed_and_cut_short() {
         assert_eq!(
             title_of("\n  fix the parser  \nthen more"),
             Some("fix the parser".into())
         );
+        assert_eq!(
+            title_of("\n  Fix the   parser\nit fails on tabs").as_deref(),
+            Some("Fix the parser")
+        );
         assert_eq!(title_of("   \n "), None);
+        assert_eq!(title_of(" \n\t"), None);
         let long = "x".repeat(100);
         let title = title_of(&long).unwrap();
-        assert_eq!(title.chars().count(), TITLE_CHARS + 1);
+        assert_eq!(title.chars().count(), MAX_TITLE_CHARS);
         assert!(title.ends_with('…'));
+        // Cut between words, no space is left before the ellipsis.
+        let words = title_of(&"word ".repeat(40)).unwrap_or_default();
+        assert!(words.chars().count() <= MAX_TITLE_CHARS, "{words}");
+        assert!(words.ends_with("word…"), "{words}");
     }
 
     #[test]

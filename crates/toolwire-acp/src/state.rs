@@ -64,6 +64,10 @@ pub(crate) struct Session {
     /// Prompts interjected into the running turn: it follows the turn
     /// they start should they come too late for it.
     pub(crate) interjected: Arc<AtomicU64>,
+    /// Words interjected while the running prompt's turn is paused for
+    /// the editor's permission answer: they join the turn that goes on
+    /// after it.
+    pub(crate) late_words: LateWords,
     /// Counts `session/cancel`s: a prompt waiting for its turn that sees
     /// it move was cancelled with the running one.
     pub(crate) cancels: Arc<AtomicU64>,
@@ -162,6 +166,59 @@ pub(crate) struct Tally {
     pub spent: crate::usage::Spent,
     /// A prompt titled it.
     pub titled: bool,
+}
+
+/// Words a paused turn cannot take yet (the engine has no running turn
+/// to add them to while it waits for answers), each under a ticket: the
+/// running prompt hands them to the turn its answers start; a prompt
+/// whose words were never handed over (the turn was cancelled, or did not
+/// go on) withdraws them and runs them as a prompt of its own.
+#[derive(Clone, Default)]
+pub(crate) struct LateWords(Arc<Mutex<Kept>>);
+
+/// The last ticket given, and the words kept under theirs.
+#[derive(Default)]
+struct Kept {
+    last: u64,
+    words: Vec<(u64, String)>,
+}
+
+impl LateWords {
+    /// Keeps `text`; its ticket.
+    pub(crate) fn add(&self, text: &str) -> u64 {
+        let Ok(mut words) = self.0.lock() else {
+            return 0;
+        };
+        words.last += 1;
+        let ticket = words.last;
+        words.words.push((ticket, text.to_owned()));
+        ticket
+    }
+
+    /// All the words kept, in order, with their tickets, taken.
+    pub(crate) fn take_all(&self) -> Vec<(u64, String)> {
+        self.0
+            .lock()
+            .map(|mut w| w.words.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// Keeps again words taken that could not be handed over.
+    pub(crate) fn put_back(&self, ticket: u64, text: String) {
+        if let Ok(mut words) = self.0.lock() {
+            words.words.push((ticket, text));
+        }
+    }
+
+    /// Takes back the words of `ticket`: false if they were handed over.
+    pub(crate) fn withdraw(&self, ticket: u64) -> bool {
+        let Ok(mut words) = self.0.lock() else {
+            return false;
+        };
+        let before = words.words.len();
+        words.words.retain(|(t, _)| *t != ticket);
+        words.words.len() != before
+    }
 }
 
 /// Clears a session's running prompt when the prompt ends, however.

@@ -1,15 +1,12 @@
 //! The editor's context meter and thread title: a `usage_update` after each
 //! model call of a turn (the tokens that call had in context, the model's
 //! context window from the registry, the session's cost so far from the
-//! model's price), the turn's tokens in `PromptResponse.usage`, and a
-//! `session_info_update` titling the session after its first prompt.
+//! model's price), and the turn's tokens in `PromptResponse.usage`. (The
+//! title a first prompt gives is `sessions::title_of`.)
 
 use agent_client_protocol::v1::schema::{self as acp, Cost, UsageUpdate};
 use toolwire_core::{Message, Role, Usage};
 use toolwire_engine::Engine;
-
-/// Titles are cut here (an editor's history list shows one line).
-const MAX_TITLE_CHARS: usize = 60;
 
 /// What a session has spent, known once its history was read.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -116,35 +113,4 @@ impl Meter {
 /// none is titled by the prompt it gets.
 pub(crate) fn has_user_message(history: &[Message]) -> bool {
     history.iter().any(|m| m.role == Role::User)
-}
-
-/// A session's title from its first prompt: the first line with words,
-/// trimmed, cut at [`MAX_TITLE_CHARS`]. `None` for a prompt without text.
-pub fn title_of(prompt: &str) -> Option<String> {
-    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
-    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-    if line.chars().count() <= MAX_TITLE_CHARS {
-        return Some(line);
-    }
-    let mut cut: String = line.chars().take(MAX_TITLE_CHARS - 1).collect();
-    cut = cut.trim_end().to_owned();
-    cut.push('…');
-    Some(cut)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_title_is_the_first_line_trimmed_and_short() {
-        assert_eq!(
-            title_of("\n  Fix the   parser\nit fails on tabs").as_deref(),
-            Some("Fix the parser")
-        );
-        assert_eq!(title_of(" \n\t"), None);
-        let long = title_of(&"word ".repeat(40)).unwrap_or_default();
-        assert!(long.chars().count() <= MAX_TITLE_CHARS, "{long}");
-        assert!(long.ends_with('…'), "{long}");
-    }
 }

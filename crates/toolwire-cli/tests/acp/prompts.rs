@@ -6,7 +6,7 @@
 //! interjected into the running turn).
 
 use agent_client_protocol::v1::schema::{
-    ImageContent, PromptResponse, SetSessionConfigOptionRequest,
+    ImageContent, ListSessionsRequest, PromptResponse, SetSessionConfigOptionRequest,
 };
 use base64::Engine as _;
 
@@ -27,11 +27,16 @@ fn base64(bytes: &[u8]) -> String {
 /// A config of two OpenAI-format models at `url`: `eye` (the default, with
 /// vision, a context window and a price) and `blind` (neither).
 fn config(home: &Path, url: &str) -> PathBuf {
+    config_defaulting_to(home, url, "eye")
+}
+
+/// [`config`] with `default` (`eye` or `blind`) the default model.
+fn config_defaulting_to(home: &Path, url: &str, default: &str) -> PathBuf {
     write_file(
         home,
         "toolwire.toml",
         &format!(
-            "default_model = \"eye\"\n\
+            "default_model = \"{default}\"\n\
              [models.eye]\nprovider = \"openai\"\nmodel = \"eye-1\"\nbase_url = \"{url}\"\n\
              vision = true\ncontext_window = 128000\nprice = {{ input = 2.0, output = 8.0 }}\n\
              [models.blind]\nprovider = \"openai\"\nmodel = \"blind-1\"\nbase_url = \"{url}\"\n"
@@ -126,7 +131,7 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
         })
         .await;
     drop(child);
-    assert!(offered, "a model of the registry can see images");
+    assert!(offered, "the default model can see images");
     // The model was sent the image in its format (OpenAI: a data URL).
     let received = mock.received();
     assert_eq!(received.len(), 2, "the refused prompts reached no model");
@@ -193,6 +198,73 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn images_are_offered_as_the_default_model_sees_and_follow_the_sessions_model() {
+    let dirs = Dirs::new();
+    let mock = MockServer::start(vec![Reply::sse(openai_sse("A red dot.", &[]))]).await;
+    let config = config_defaulting_to(dirs.home(), &mock.url, "blind");
+    let (child, transport, _) = spawn_with(dirs.home(), &config_args(dirs.home(), &config));
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let data = base64(&png());
+    let (offered, refused, stop) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let init = initialize(&cx, ClientCapabilities::new()).await?;
+            let session = new_session(&cx, cwd).await?;
+            // The session's model (the default) cannot see: an error
+            // naming it, nothing sent to a model.
+            let refused = cx
+                .send_request(image_prompt(&session, "What is this?", data.clone()))
+                .block_task()
+                .await
+                .unwrap_err();
+            // Switched to a model that can, the session takes the image.
+            cx.send_request(SetSessionConfigOptionRequest::new(
+                session.clone(),
+                "model",
+                "eye",
+            ))
+            .block_task()
+            .await?;
+            let stop = cx
+                .send_request(image_prompt(&session, "And now?", data))
+                .block_task()
+                .await?
+                .stop_reason;
+            Ok((
+                init.agent_capabilities.prompt_capabilities.image,
+                refused,
+                stop,
+            ))
+        })
+        .await;
+    drop(child);
+    // `eye` can see, but new sessions start on `blind`: not offered.
+    assert!(!offered, "images offered though the default model is blind");
+    assert_eq!(i32::from(refused.code), -32602, "{refused:?}");
+    assert!(
+        says(&refused).contains("`blind` cannot see images"),
+        "{refused:?}"
+    );
+    assert_eq!(stop, StopReason::EndTurn);
+    let received = mock.received();
+    assert_eq!(received.len(), 1, "the refused prompt reached no model");
+    assert_eq!(received[0].body["model"], "eye-1");
+    let user = received[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()["content"]
+        .clone();
+    assert!(
+        user[1]["image_url"]["url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("data:image/png;base64,")),
+        "{user}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn usage_and_the_title_reach_the_editor() {
     let dirs = Dirs::new();
     let mock = MockServer::start(vec![
@@ -211,18 +283,25 @@ async fn usage_and_the_title_reach_the_editor() {
     let (child, transport, _) = spawn_with(dirs.home(), &args);
     let editor = Editor::new();
     let cwd = dirs.cwd();
-    let responses: Vec<PromptResponse> = editor
+    let (responses, listed) = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
-            let mut responses = Vec::new();
-            for text in ["\n  What is in   this folder?\nBe brief.", "Again?"] {
+            let mut responses: Vec<PromptResponse> = Vec::new();
+            for text in [
+                "\n  What is in   this folder, and which of its files were changed last week?\nBe brief.",
+                "Again?",
+            ] {
                 responses.push(
                     cx.send_request(prompt_request(&session, text))
                         .block_task()
                         .await?,
                 );
             }
-            Ok(responses)
+            let listed = cx
+                .send_request(ListSessionsRequest::new())
+                .block_task()
+                .await?;
+            Ok((responses, listed))
         })
         .await;
     drop(child);
@@ -236,10 +315,20 @@ async fn usage_and_the_title_reach_the_editor() {
             _ => None,
         })
         .collect();
+    // The first line, its spaces collapsed, cut at 60 characters.
     assert_eq!(
         titles,
-        ["\"What is in this folder?\""],
+        ["\"What is in this folder, and which of its files were changed…\""],
         "one title, from the first prompt"
+    );
+    // session/list names the session as the editor was told.
+    assert_eq!(listed.sessions.len(), 1, "{listed:?}");
+    assert_eq!(
+        listed.sessions[0]
+            .title
+            .as_ref()
+            .map(|t| serde_json::to_value(t).unwrap().to_string()),
+        Some(titles[0].clone())
     );
     let usage: Vec<(u64, u64, f64)> = updates
         .iter()
@@ -421,6 +510,88 @@ async fn a_prompt_during_a_turn_can_land_in_the_running_turn() {
     let messages = received[1].body["messages"].to_string();
     assert!(
         messages.find("\"tool\"").unwrap() < messages.find("second question").unwrap(),
+        "{messages}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
+    let dirs = Dirs::new();
+    // The turn writes a file (which asks), then answers.
+    let mock = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Writing.",
+            &[Call {
+                id: "w1",
+                name: "write_file",
+                arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Wrote it, and read your words.", &[])),
+        Reply::sse(openai_sse("A turn of its own.", &[])),
+    ])
+    .await;
+    let config = config(dirs.home(), &mock.url);
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
+    std::fs::write(&config, toml).unwrap();
+    let (child, transport, _) = spawn_with(dirs.home(), &config_args(dirs.home(), &config));
+    // The user takes a while to answer: the words come meanwhile.
+    let editor = Editor::answering(Answer::Later("allow_once", 1_500));
+    let asked = editor.asked.clone();
+    let cwd = dirs.cwd();
+    let model = &mock;
+    let answers = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "write it"));
+            for _ in 0..200 {
+                if !asked.lock().unwrap().is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(asked.lock().unwrap().len(), 1, "the turn asks first");
+            let second = cx.send_request(prompt_request(&session, "also say hello"));
+            // Each answer, with the model calls made by the time it came:
+            // the second is answered once the turn it joined has ended
+            // (both after the turn's second model call; which of the two
+            // answers is read first is up to the join).
+            let (a, b) = tokio::join!(
+                async {
+                    let r = first.block_task().await;
+                    (r, model.received().len())
+                },
+                async {
+                    let r = second.block_task().await;
+                    (r, model.received().len())
+                }
+            );
+            assert_eq!((a.1, b.1), (2, 2), "answered before the turn ended");
+            let (a, b) = (a.0, b.0);
+            // The session goes on.
+            let third = prompt(&cx, &session, "and then?").await?;
+            Ok([a?.stop_reason, b?.stop_reason, third])
+        })
+        .await;
+    drop(child);
+    // Never refused: both answered when the turn ended.
+    assert_eq!(answers, [StopReason::EndTurn; 3], "{answers:?}");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("out.txt")).unwrap(),
+        "hi\n"
+    );
+    // The turn went on after the answer with the words read after the
+    // call's result, as a user message: two model calls, then the third
+    // prompt's.
+    let received = mock.received();
+    assert_eq!(received.len(), 3, "model calls");
+    let users = user_texts(&received[1]);
+    assert_eq!(users.len(), 2, "{users:?}");
+    assert!(users[1].contains("also say hello"), "{users:?}");
+    let messages = received[1].body["messages"].to_string();
+    assert!(
+        messages.find("\"tool\"").unwrap() < messages.find("also say hello").unwrap(),
         "{messages}"
     );
 }

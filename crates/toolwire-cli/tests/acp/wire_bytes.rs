@@ -177,9 +177,13 @@ async fn a_plain_read_stays_small() {
     let total = bytes.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("a plain read: {total} bytes from the agent in all");
     // Issue 21 asks for 2,100 on its own scenario (not met): this one
-    // measured 2,349 with the model picker, a title and usage, and 3,318
-    // once sessions also offered modes, the mode option and slash commands
-    // (+620, +307 bytes). The bound keeps it from growing.
-    assert!(total <= 3_400, "{total} bytes");
+    // measured 2,349 with the model picker, a title and usage, 3,318 once
+    // sessions also offered modes, the mode option and slash commands,
+    // and 3,084 with initialize's defaults left out and no descriptions
+    // on the modes and the model option. What is left is mostly the
+    // ~120-byte envelope of each of the 7 session/update notifications
+    // (docs/performance.md). The bound keeps it from growing (with room
+    // for a longer temporary directory, which the read location names).
+    assert!(total <= 3_150, "{total} bytes");
     assert!(results(&editor.updates()).contains("three"));
 }

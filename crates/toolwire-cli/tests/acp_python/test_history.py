@@ -25,6 +25,9 @@ def test_sessions_are_listed_resumed_forked_and_closed_by_another_process(acp, t
             with pytest.raises(RequestError) as closed_twice:
                 await agent.call(agent.conn.close_session(session_id=second))
             assert second in str(closed_twice.value.data)
+            with pytest.raises(RequestError) as never_opened:
+                await agent.call(agent.conn.close_session(session_id="no-such-session"))
+            assert "`no-such-session`" in str(never_opened.value.data)
             return first, second
 
     first, second = acp.run(first_process())

@@ -30,9 +30,18 @@ def test_modes_decide_what_asks_and_follow_the_config_option(acp):
             await agent.prompt(session, "write again")
             with pytest.raises(RequestError) as unknown:
                 await agent.call(agent.conn.set_session_mode(session_id=session, mode_id="yolo"))
-            return asked_in_read_only, changed, unknown.value
+            with pytest.raises(RequestError) as unknown_value:
+                await agent.call(agent.conn.set_config_option(
+                    config_id="mode", session_id=session, value="sometimes"))
+            with pytest.raises(RequestError) as unknown_session:
+                await agent.call(agent.conn.set_session_mode(
+                    session_id="no-such-session", mode_id="ask"))
+            # The session is still usable, in the mode it was in.
+            await agent.call(agent.conn.set_session_mode(session_id=session, mode_id="ask"))
+            bad = (unknown.value, unknown_value.value, unknown_session.value)
+            return asked_in_read_only, changed, bad
 
-    asked_in_read_only, changed, unknown = acp.run(run())
+    asked_in_read_only, changed, (unknown, unknown_value, unknown_session) = acp.run(run())
     assert asked_in_read_only == 0
     assert client.permission_requests == []
     assert not (acp.project / "out.txt").exists()
@@ -42,3 +51,5 @@ def test_modes_decide_what_asks_and_follow_the_config_option(acp):
     assert current.current_value == "accept-edits"
     assert [u.current_mode_id for u in client.session_updates("current_mode_update")] == ["accept-edits"]
     assert "`yolo`" in str(unknown.data)
+    assert "`sometimes`" in str(unknown_value.data)
+    assert "`no-such-session`" in str(unknown_session.data)

@@ -21,7 +21,14 @@ def test_an_image_for_a_model_that_cannot_see_is_an_error_and_the_session_goes_o
             assert init.agent_capabilities.prompt_capabilities.image is False
             session = await agent.new_session(acp.project)
             errors = []
-            for block in [image_block(PNG, "image/png"), image_block("not base64!", "image/png")]:
+            too_big = base64.b64encode(b"\0" * (5 * 1024 * 1024 + 1)).decode()
+            for block in [
+                image_block(PNG, "image/png"),
+                image_block("not base64!", "image/png"),
+                # Over the 5 MB limit; a data URI without `;base64`.
+                image_block(too_big, "image/png"),
+                image_block("", "image/png", uri="data:image/png,AAAA"),
+            ]:
                 try:
                     await agent.call(agent.conn.prompt(session_id=session, prompt=[text_block("see"), block]))
                 except RequestError as e:
@@ -30,9 +37,11 @@ def test_an_image_for_a_model_that_cannot_see_is_an_error_and_the_session_goes_o
             return errors, answer
 
     errors, answer = acp.run(body())
-    assert len(errors) == 2, errors
+    assert len(errors) == 4, errors
     assert "cannot see images" in errors[0], errors
     assert "base64" in errors[1], errors
+    assert "over the limit" in errors[2], errors
+    assert "data URI" in errors[3] and ";base64" in errors[3], errors
     assert answer.stop_reason == "end_turn"
 
 
