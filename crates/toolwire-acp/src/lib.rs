@@ -20,7 +20,7 @@
 //! from `usage.rs`, the session's title (one rule, `sessions::title_of`)
 //! from `session.rs`; what a call's last update showed is kept for
 //! `session/load` by `views.rs`; `initialize` is answered without the
-//! fields equal to their schema defaults (`compact.rs`).
+//! fields equal to their schema defaults (`initialize.rs`).
 //! A session's mode
 //! (`modes.rs`) decides what asks and which sandbox its commands run
 //! under; its config options are `config.rs`; what is kept beside the
@@ -45,12 +45,12 @@
 mod auth;
 mod client_fs;
 mod commands;
-mod compact;
 mod config;
 mod convert;
 mod edits;
 mod errors;
 mod history;
+mod initialize;
 mod modes;
 mod notify;
 mod permissions;
@@ -268,7 +268,7 @@ pub async fn serve(
         .v1()
         .name("toolwire")
         .on_receive_request(
-            async move |request: compact::Initialize, responder, _cx| {
+            async move |request: initialize::Initialize, responder, _cx| {
                 a1.initialize(request.0, responder)
             },
             agent_client_protocol::on_receive_request!(),
@@ -427,7 +427,7 @@ impl AcpAgent {
     fn initialize(
         &self,
         request: InitializeRequest,
-        responder: Responder<compact::Compact>,
+        responder: Responder<initialize::Answer>,
     ) -> AcpResult {
         tracing::info!(client = ?request.client_info, "ACP initialize");
         if let Ok(mut caps) = self.caps.lock() {
@@ -457,7 +457,7 @@ impl AcpAgent {
             // Streamable HTTP; SSE is deprecated in MCP and not offered.
             .mcp_capabilities(McpCapabilities::new().http(true))
             .meta(agent_meta());
-        responder.respond(compact::Compact(
+        responder.respond(initialize::Answer(
             InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
                 .auth_methods(self.auth_methods())

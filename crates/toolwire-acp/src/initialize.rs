@@ -10,7 +10,7 @@ use agent_client_protocol::v1::schema::{InitializeRequest, InitializeResponse};
 use agent_client_protocol::{JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, UntypedMessage};
 use serde_json::Value;
 
-/// `initialize`, answered with [`Compact`].
+/// `initialize`, answered with [`Answer`].
 #[derive(Debug, Clone)]
 pub(crate) struct Initialize(pub InitializeRequest);
 
@@ -33,14 +33,14 @@ impl JsonRpcMessage for Initialize {
 }
 
 impl JsonRpcRequest for Initialize {
-    type Response = Compact;
+    type Response = Answer;
 }
 
 /// An `initialize` answer, serialised without its default-valued fields.
 #[derive(Debug, Clone)]
-pub(crate) struct Compact(pub InitializeResponse);
+pub(crate) struct Answer(pub InitializeResponse);
 
-impl JsonRpcResponse for Compact {
+impl JsonRpcResponse for Answer {
     fn into_json(self, method: &str) -> Result<Value, agent_client_protocol::Error> {
         let mut value = self.0.into_json(method)?;
         trim(&mut value);
@@ -48,7 +48,7 @@ impl JsonRpcResponse for Compact {
     }
 
     fn from_json(method: &str, value: Value) -> Result<Self, agent_client_protocol::Error> {
-        InitializeResponse::from_json(method, value).map(Compact)
+        InitializeResponse::from_json(method, value).map(Answer)
     }
 }
 
@@ -119,7 +119,7 @@ mod tests {
                     )
                     .meta(meta),
             );
-        let value = Compact(response.clone()).into_json("initialize").unwrap();
+        let value = Answer(response.clone()).into_json("initialize").unwrap();
         assert_eq!(
             value,
             serde_json::json!({
