@@ -57,6 +57,21 @@ pub fn plan(view: &View, family: Family, counts: &mut Counts, keep_tokens: u64) 
     })
 }
 
+/// The cut that covers every message after the root (Letta's compaction
+/// `mode: all`): the view becomes the root and the summary. `None` when
+/// nothing but an earlier summary is there to cover.
+pub fn plan_all(view: &View) -> Option<Plan> {
+    let m = &view.messages;
+    let first = if view.compaction.is_some() { 2 } else { 1 };
+    if m.len() <= first {
+        return None;
+    }
+    Some(Plan {
+        keep: m.len(),
+        through: m[m.len() - 1].id,
+    })
+}
+
 /// The covered messages as one text for the summarising model, under
 /// `budget` tokens: tool results are cut first (evenly), then the oldest
 /// part.
