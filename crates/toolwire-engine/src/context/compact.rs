@@ -287,6 +287,40 @@ mod tests {
     }
 
     #[test]
+    fn plan_all_covers_everything_after_the_root_once() {
+        let c = ConversationId::new();
+        let root = Message::new(c, None, Role::System, Vec::new());
+        let text = |t: &str| vec![ContentBlock::Text { text: t.into() }];
+        assert!(plan_all(&compacted(std::slice::from_ref(&root))).is_none());
+        let user = Message::new(c, Some(root.id), Role::User, text("hi"));
+        let answer = Message::new(c, Some(user.id), Role::Assistant, text("hello"));
+        let path = vec![root.clone(), user, answer.clone()];
+        let view = compacted(&path);
+        let p = plan_all(&view).unwrap();
+        assert_eq!((p.keep, p.through), (3, answer.id));
+
+        // After a node that covered everything, only its summary is left:
+        // nothing more to cover.
+        let node = Message::new(
+            c,
+            Some(answer.id),
+            Role::System,
+            vec![ContentBlock::Compaction {
+                summary: "they said hi".into(),
+                through: answer.id,
+                covered: 2,
+                tokens_before: 10,
+                tokens_after: 3,
+            }],
+        );
+        let mut path = path;
+        path.push(node);
+        let view = compacted(&path);
+        assert_eq!(view.messages.len(), 2, "the root and the summary");
+        assert!(plan_all(&view).is_none());
+    }
+
+    #[test]
     fn a_transcript_over_its_budget_is_cut_to_it() {
         let c = ConversationId::new();
         let m = Message::new(
