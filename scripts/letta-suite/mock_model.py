@@ -5,12 +5,15 @@ message, the tools offered, the tool results), deterministically.
 Rules:
 - a `response_format` of type json_schema: a JSON object filling every
   required string property;
-- last message a tool result: a text answer quoting every result since
-  the assistant's calls ("Results: …");
+- last message a tool result: the next call of a sequence the user asked
+  for ("First use the add tool … Then use the multiply tool …": one call
+  per step, in the text's order), else a text answer quoting every result
+  since the assistant's calls ("Results: …");
 - a user message naming offered tools: calls to them, with arguments read
-  from the text (quoted strings for string parameters — one call per quoted
-  string —, numbers for integer ones: `num_sides=N` each, or "N sides",
-  "N-sided");
+  from the text (`name="value"` / `name=42` / `name=true` pairs naming
+  the tool's parameters, at any depth of its schema; else quoted strings
+  for string parameters — one call per quoted string —, numbers for
+  integer ones: `num_sides=N` each, or "N sides", "N-sided");
 - "Reply with the message '…'": that text;
 - otherwise: a text that repeats the last tool result seen, if any;
 - with the human-in-the-loop tests' tool (`get_secret_code_tool`)
@@ -52,15 +55,74 @@ def fill_schema(schema):
     return out
 
 
+def resolve(schema, root):
+    """`schema` with its `$ref` followed and a nullable `anyOf` unwrapped
+    (as pydantic writes `Optional[X]`)."""
+    for _ in range(10):
+        if "$ref" in schema:
+            ref = schema["$ref"].rsplit("/", 1)[-1]
+            schema = (root.get("$defs") or root.get("definitions") or {}).get(ref, {})
+        elif "anyOf" in schema:
+            options = [o for o in schema["anyOf"] if o.get("type") != "null"]
+            schema = options[0] if options else {}
+        else:
+            break
+    return schema
+
+
+PAIR = re.compile(r'\b(\w+)\s*=\s*("([^"]*)"|\'([^\']*)\'|true|false|-?\d+(?:\.\d+)?)')
+
+
+def scalar(raw, quoted):
+    if quoted is not None:
+        return quoted
+    if raw in ("true", "false"):
+        return raw == "true"
+    return float(raw) if "." in raw else int(raw)
+
+
+def from_pairs(schema, root, pairs):
+    """An object of `schema` with the `name=value` pairs of the text that
+    name its properties, at any depth (an array of objects gets one item
+    when the text names any of its item's properties); `None` when none
+    does."""
+    out = {}
+    for name, prop in (resolve(schema, root).get("properties") or {}).items():
+        prop = resolve(prop, root)
+        if name in pairs:
+            out[name] = pairs[name]
+        elif prop.get("type") == "object" or "properties" in prop:
+            inner = from_pairs(prop, root, pairs)
+            if inner is not None:
+                out[name] = inner
+        elif prop.get("type") == "array":
+            inner = from_pairs(resolve(prop.get("items") or {}, root), root, pairs)
+            if inner is not None:
+                out[name] = [inner]
+    return out or None
+
+
 def calls_for(text, tools):
     calls = []
     lowered = text.lower()
+    found = [(m.group(1), scalar(m.group(2), m.group(3) if m.group(3) is not None else m.group(4)))
+             for m in PAIR.finditer(text)]
+    pairs = dict(found)
+    if len(pairs) < len(found):
+        # `num_sides=4 … num_sides=6`: one call each, below.
+        pairs = {}
     for tool in tools:
         fn = tool.get("function", {})
         name = fn.get("name", "")
         if not name or name.lower() not in lowered:
             continue
-        params = (fn.get("parameters") or {}).get("properties") or {}
+        schema = fn.get("parameters") or {}
+        params = schema.get("properties") or {}
+        # `preset="b", doid="TEST123" …`: the arguments named in the text.
+        named = from_pairs(schema, schema, pairs) if pairs else None
+        if named is not None:
+            calls.append((name, named))
+            continue
         ints = [k for k, v in params.items() if v.get("type") in ("integer", "number")]
         strs = [k for k, v in params.items() if v.get("type") == "string"]
         if len(ints) > 1 and not strs:
@@ -80,7 +142,7 @@ def calls_for(text, tools):
             for v in values:
                 calls.append((name, {ints[0]: v}))
         elif strs:
-            quoted = re.findall(r"'([^']+)'", text) or ["hello"]
+            quoted = re.findall(r"'([^']+)'", text) or re.findall(r'"([^"]+)"', text) or ["hello"]
             # Quoted strings that are tool names are not arguments.
             quoted = [q for q in quoted if q not in {t.get("function", {}).get("name") for t in tools}]
             for q in quoted or ["hello"]:
@@ -93,6 +155,33 @@ def calls_for(text, tools):
     return calls
 
 
+def in_sequence(text):
+    """"First use … Then use … Finally …": one tool after another, each
+    in a step of its own (as a model calls tools that use each other's
+    results)."""
+    return bool(re.search(r"\bthen\b", text, re.IGNORECASE))
+
+
+def ordered(text, calls):
+    """`calls` in the order the text names their tools."""
+    lowered = text.lower()
+    return sorted(calls, key=lambda c: lowered.find(c[0].lower()))
+
+
+def next_in_sequence(messages, tools):
+    """After a tool result: the next call of a sequence the last user
+    message asks for, if some are still to come."""
+    at = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if at is None:
+        return None
+    user = text_of(messages[at].get("content"))
+    if not in_sequence(user):
+        return None
+    made = sum(len(m.get("tool_calls") or []) for m in messages[at + 1:] if m.get("role") == "assistant")
+    calls = ordered(user, calls_for(user, tools))
+    return calls[made] if made < len(calls) else None
+
+
 def answer(request):
     messages = request.get("messages", [])
     tools = request.get("tools") or []
@@ -102,6 +191,9 @@ def answer(request):
         return json.dumps(fill_schema(schema)), []
     last = messages[-1] if messages else {}
     if last.get("role") == "tool":
+        step = next_in_sequence(messages, tools)
+        if step is not None:
+            return None, [step]
         results = []
         for m in reversed(messages):
             if m.get("role") == "tool":
@@ -114,6 +206,8 @@ def answer(request):
     if reply:
         return reply.group(1), []
     calls = calls_for(user, tools)
+    if calls and in_sequence(user):
+        return None, [ordered(user, calls)[0]]
     if calls:
         return None, calls
     seen = [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]

@@ -748,6 +748,27 @@ impl Engine {
         conversation: ConversationId,
         options: TurnOptions,
     ) -> Result<TurnHandle, EngineError> {
+        self.compact_scoped(conversation, options, false).await
+    }
+
+    /// As [`Engine::compact`], but the summary covers every message after
+    /// the root, none kept verbatim (Letta's compaction `mode: all`): the
+    /// next request sends the system prompt, the summary and what comes
+    /// after. `error` when only an earlier summary is there to cover.
+    pub async fn compact_all(
+        &self,
+        conversation: ConversationId,
+        options: TurnOptions,
+    ) -> Result<TurnHandle, EngineError> {
+        self.compact_scoped(conversation, options, true).await
+    }
+
+    async fn compact_scoped(
+        &self,
+        conversation: ConversationId,
+        options: TurnOptions,
+        all: bool,
+    ) -> Result<TurnHandle, EngineError> {
         let editing = self.inner.edits.hold(conversation).await;
         let leaf = self.active_leaf(conversation).await?;
         // Its calls wait for answers: a node after them would come
@@ -763,7 +784,7 @@ impl Engine {
         self.start_turn_held(
             editing,
             conversation,
-            turn::Start::Compact(leaf),
+            turn::Start::Compact { leaf, all },
             options,
             Origin::Engine,
         )

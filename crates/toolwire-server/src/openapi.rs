@@ -782,13 +782,25 @@ fn schemas() -> Value {
         "CancelRequest": object(json!({"run_ids": nullable(strings())}), &[]),
         "SummarizeRequest": object(json!({
             "max_message_length": nullable(unsigned(u64::MAX)),
+            "compaction_settings": nullable(json!({
+                "type": "object",
+                "properties": {"mode": nullable(json!({
+                    "type": "string",
+                    "enum": ["all", "sliding_window", "self_compact_all", "self_compact_sliding_window"],
+                }))},
+            })),
         }), &[]),
+        // Letta's `CompactionResponse`; the node's fields when one was
+        // stored (not when there was nothing to compact).
         "Compaction": object(json!({
+            "summary": string(),
+            "num_messages_before": unsigned(u64::MAX),
+            "num_messages_after": unsigned(u64::MAX),
             "message_id": {"type": "string", "format": "uuid"},
             "covered": unsigned(u32::MAX.into()),
             "tokens_before": unsigned(u64::MAX),
             "tokens_after": unsigned(u64::MAX),
-        }), &["message_id", "covered", "tokens_before", "tokens_after"]),
+        }), &["summary", "num_messages_before", "num_messages_after"]),
         "NotificationRequest": object(json!({
             "source": nullable(json!({"type": "string"})),
             "text": {"type": "string", "minLength": 1},

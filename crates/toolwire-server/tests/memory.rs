@@ -273,8 +273,26 @@ async fn limits_read_only_blocks_and_unknown_ids_are_refused() {
             Some(json!({"value": "testing testing testing"})),
         )
         .await;
-    assert_eq!(status, 422, "{err}");
+    // Over the block's stored limit: Letta's handler's 400; value and
+    // limit in one body: its request validation's 422.
+    assert_eq!(status, 400, "{err}");
     assert_eq!(err["limit"], 10);
+    assert_eq!(err["code"], "BLOCK_LIMIT_EXCEEDED");
+    let (status, err) = s
+        .call(
+            "PATCH",
+            &format!("/v1/blocks/{block_id}"),
+            Some(json!({"value": "testing testing testing", "limit": 12})),
+        )
+        .await;
+    assert_eq!(status, 422, "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 12 characters"),
+        "{err}"
+    );
 
     for (method, path) in [
         (

@@ -57,6 +57,21 @@ pub fn plan(view: &View, family: Family, counts: &mut Counts, keep_tokens: u64) 
     })
 }
 
+/// The cut that covers every message after the root (Letta's compaction
+/// `mode: all`): the view becomes the root and the summary. `None` when
+/// nothing but an earlier summary is there to cover.
+pub fn plan_all(view: &View) -> Option<Plan> {
+    let m = &view.messages;
+    let first = if view.compaction.is_some() { 2 } else { 1 };
+    if m.len() <= first {
+        return None;
+    }
+    Some(Plan {
+        keep: m.len(),
+        through: m[m.len() - 1].id,
+    })
+}
+
 /// The covered messages as one text for the summarising model, under
 /// `budget` tokens: tool results are cut first (evenly), then the oldest
 /// part.
@@ -269,6 +284,40 @@ mod tests {
             .sum();
         assert!(kept <= 500, "{kept}");
         assert!(p.keep > 2);
+    }
+
+    #[test]
+    fn plan_all_covers_everything_after_the_root_once() {
+        let c = ConversationId::new();
+        let root = Message::new(c, None, Role::System, Vec::new());
+        let text = |t: &str| vec![ContentBlock::Text { text: t.into() }];
+        assert!(plan_all(&compacted(std::slice::from_ref(&root))).is_none());
+        let user = Message::new(c, Some(root.id), Role::User, text("hi"));
+        let answer = Message::new(c, Some(user.id), Role::Assistant, text("hello"));
+        let path = vec![root.clone(), user, answer.clone()];
+        let view = compacted(&path);
+        let p = plan_all(&view).unwrap();
+        assert_eq!((p.keep, p.through), (3, answer.id));
+
+        // After a node that covered everything, only its summary is left:
+        // nothing more to cover.
+        let node = Message::new(
+            c,
+            Some(answer.id),
+            Role::System,
+            vec![ContentBlock::Compaction {
+                summary: "they said hi".into(),
+                through: answer.id,
+                covered: 2,
+                tokens_before: 10,
+                tokens_after: 3,
+            }],
+        );
+        let mut path = path;
+        path.push(node);
+        let view = compacted(&path);
+        assert_eq!(view.messages.len(), 2, "the root and the summary");
+        assert!(plan_all(&view).is_none());
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub(super) enum Why {
     Window,
     /// Someone asked for it.
     Asked,
+    /// Someone asked for all of it to be summarised.
+    AskedAll,
 }
 
 impl Turn<'_> {
@@ -111,7 +113,7 @@ impl Turn<'_> {
 
     /// Compacts the path now (an on-demand compaction): the stored node,
     /// or an error saying why there is nothing to compact.
-    pub(super) async fn compact_now(&mut self) -> Result<Message, Stop> {
+    pub(super) async fn compact_now(&mut self, all: bool) -> Result<Message, Stop> {
         let mut path = self.cx.store.path_to(self.leaf).await?;
         let family = Family::of(&self.model.info);
         let view = match crate::context::window_of(&self.model.info) {
@@ -119,7 +121,8 @@ impl Turn<'_> {
             None => view::compacted(&path),
         };
         let size = self.size(&view, family, 0);
-        match self.compact(&view, size, Why::Asked).await? {
+        let why = if all { Why::AskedAll } else { Why::Asked };
+        match self.compact(&view, size, why).await? {
             Some(node) => {
                 path.push(node.clone());
                 Ok(node)
@@ -148,7 +151,12 @@ impl Turn<'_> {
             (Some(w), _) => (w as f64 * settings.keep_recent) as u64,
             (None, _) => size / 4,
         };
-        let Some(plan) = compact::plan(view, family, &mut self.fit.counts, keep) else {
+        let plan = if why == Why::AskedAll {
+            compact::plan_all(view)
+        } else {
+            compact::plan(view, family, &mut self.fit.counts, keep)
+        };
+        let Some(plan) = plan else {
             return Ok(None);
         };
         let covered = &view.messages[1..plan.keep];

@@ -140,8 +140,9 @@ pub(crate) enum Start {
         then: Option<String>,
     },
     /// Compacting the path to this leaf now (on demand), without a
-    /// model step: the turn ends with the compaction node.
-    Compact(MessageId),
+    /// model step: the turn ends with the compaction node. `all`: every
+    /// message after the root is summarised, none kept verbatim.
+    Compact { leaf: MessageId, all: bool },
     /// Ending a pause without going on: its calls are answered as not run
     /// and the turn stops as cancelled.
     Abandon {
@@ -367,10 +368,10 @@ impl Turn<'_> {
                 self.store_carrying(&user, events, batch).await?;
                 self.begin();
             }
-            Start::Compact(leaf) => {
+            Start::Compact { leaf, all } => {
                 self.leaf = leaf;
                 self.begin();
-                return self.compact_now().await;
+                return self.compact_now(all).await;
             }
             Start::From(id) => {
                 self.leaf = id;

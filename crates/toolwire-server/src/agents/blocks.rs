@@ -4,10 +4,12 @@
 //! edit by one is seen by all. Every change is one stored write, whoever
 //! makes it: a request, or an agent's memory tool ([`super::memory`]).
 //!
-//! **Invariant.** A stored block's value is never longer than its limit
-//! (in characters, as Letta counts them): a change that would break it is
-//! refused, naming the limit, and nothing is stored.
+//! **Invariant.** A stored block has a label and a value never longer
+//! than its limit (in characters, as Letta counts them): a change that
+//! would break it is refused, naming the limit, and nothing is stored.
+//! Create and update keep it in one place, [`BlockRecord::checked`].
 
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,10 +24,20 @@ pub const KIND: &str = "block";
 /// Letta's default limit of a block's value, in characters.
 pub const DEFAULT_LIMIT: u64 = 100_000;
 
-/// The status of a request whose block value is over its limit. Letta's
-/// server refuses such a body as invalid (`422`, which its own SDK test
-/// of blocks expects), so toolwire does too.
-pub const OVER_LIMIT_STATUS: axum::http::StatusCode = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
+/// The status of a value over its limit, by where the limit came from.
+/// Letta validates a body before its handler runs: a body whose own
+/// `value` is longer than its own `limit` is invalid (`422`, which Letta's
+/// SDK test of blocks expects of an update). A value over a limit the body
+/// does not give (the default on create, the block's stored limit on
+/// update) is found by the handler: `400`, as Letta's handlers answer a
+/// `ValueError`.
+fn over_limit_status(limit_in_body: bool) -> StatusCode {
+    if limit_in_body {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
 
 /// Letta's descriptions of its two default blocks, given to blocks of
 /// those labels created without one.
@@ -90,46 +102,30 @@ pub fn chars(value: &str) -> u64 {
     u64::try_from(value.chars().count()).unwrap_or(u64::MAX)
 }
 
-/// Refuses a value longer than `limit`, naming both.
-pub fn check_limit(label: &str, value: &str, limit: u64) -> ApiResult<()> {
-    let length = chars(value);
-    if length > limit {
-        return Err(ApiError::new(
-            OVER_LIMIT_STATUS,
-            "BLOCK_LIMIT_EXCEEDED",
-            format!(
-                "the value of block `{label}` exceeds its limit of {limit} characters \
-                 (it has {length})"
-            ),
-        )
-        .with("limit", limit)
-        .with("length", length));
+impl BlockCreate {
+    /// Whether the body gives both a value and the limit it is held to.
+    fn limits_its_value(&self) -> bool {
+        self.value.is_some() && self.limit.is_some()
     }
-    Ok(())
 }
 
 impl BlockRecord {
     /// A new block from `fields`, checked (a label, a value within its
     /// limit).
     pub fn create(fields: BlockCreate) -> ApiResult<BlockRecord> {
-        let label = fields
-            .label
-            .filter(|l| !l.trim().is_empty())
-            .ok_or_else(|| ApiError::bad_request("a block needs a `label`"))?;
-        let value = fields.value.unwrap_or_default();
-        let limit = fields.limit.unwrap_or(DEFAULT_LIMIT);
-        check_limit(&label, &value, limit)?;
+        let limit_in_body = fields.limits_its_value();
+        let label = fields.label.unwrap_or_default();
         let description = fields.description.or_else(|| match label.as_str() {
             "human" => Some(HUMAN_DESCRIPTION.to_owned()),
             "persona" => Some(PERSONA_DESCRIPTION.to_owned()),
             _ => None,
         });
         let now = Utc::now();
-        Ok(BlockRecord {
+        BlockRecord {
             id: new_id(KIND),
             label,
-            value,
-            limit,
+            value: fields.value.unwrap_or_default(),
+            limit: fields.limit.unwrap_or(DEFAULT_LIMIT),
             description,
             read_only: fields.read_only.unwrap_or(false),
             metadata: fields.metadata.map(Value::Object),
@@ -140,16 +136,38 @@ impl BlockRecord {
             project_id: fields.project_id,
             created_at: now,
             updated_at: now,
-        })
+        }
+        .checked(limit_in_body)
+    }
+
+    /// This block if it keeps the invariants (a label; a value within its
+    /// limit, refused naming both, with the status of
+    /// [`over_limit_status`]).
+    fn checked(self, limit_in_body: bool) -> ApiResult<BlockRecord> {
+        if self.label.trim().is_empty() {
+            return Err(ApiError::bad_request("a block needs a non-empty `label`"));
+        }
+        let length = chars(&self.value);
+        if length > self.limit {
+            return Err(ApiError::new(
+                over_limit_status(limit_in_body),
+                "BLOCK_LIMIT_EXCEEDED",
+                format!(
+                    "the value of block `{}` exceeds its limit of {} characters (it has {length})",
+                    self.label, self.limit
+                ),
+            )
+            .with("limit", self.limit)
+            .with("length", length));
+        }
+        Ok(self)
     }
 
     /// This block changed by `fields`, checked against its (new) limit.
     pub fn updated(&self, fields: BlockUpdate) -> ApiResult<BlockRecord> {
+        let limit_in_body = fields.limits_its_value();
         let mut block = self.clone();
         if let Some(label) = fields.label {
-            if label.trim().is_empty() {
-                return Err(ApiError::bad_request("a block's `label` may not be empty"));
-            }
             block.label = label;
         }
         if let Some(value) = fields.value {
@@ -158,7 +176,6 @@ impl BlockRecord {
         if let Some(limit) = fields.limit {
             block.limit = limit;
         }
-        check_limit(&block.label, &block.value, block.limit)?;
         if let Some(d) = fields.description {
             block.description = Some(d);
         }
@@ -184,7 +201,7 @@ impl BlockRecord {
             block.project_id = Some(p);
         }
         block.updated_at = Utc::now();
-        Ok(block)
+        block.checked(limit_in_body)
     }
 }
 
@@ -274,13 +291,29 @@ mod tests {
             ..BlockCreate::default()
         })
         .unwrap_err();
-        assert_eq!(err.status, OVER_LIMIT_STATUS);
+        assert_eq!(
+            err.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the body's own limit"
+        );
         assert!(
             err.message.contains("limit of 10 characters"),
             "{}",
             err.message
         );
         assert!(err.message.contains("it has 11"), "{}", err.message);
+        let over_default = BlockRecord::create(BlockCreate {
+            label: Some("human".into()),
+            value: Some("x".repeat(100_001)),
+            ..BlockCreate::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            over_default.status,
+            StatusCode::BAD_REQUEST,
+            "the default limit"
+        );
+        assert!(over_default.message.contains("limit of 100000 characters"));
 
         // Characters, not bytes: ten two-byte characters fit ten.
         let block = BlockRecord::create(BlockCreate {
@@ -291,14 +324,39 @@ mod tests {
         })
         .unwrap();
         assert_eq!(block.description.as_deref(), Some(HUMAN_DESCRIPTION));
-        let lower = block.updated(BlockUpdate {
-            limit: Some(9),
-            ..BlockUpdate::default()
-        });
-        assert!(lower.is_err());
+        // Over the block's stored limit, or a new limit below its value:
+        // the handler's 400. Value and limit in one body: 422.
+        for (value, limit, status) in [
+            (Some("x".repeat(11)), None, StatusCode::BAD_REQUEST),
+            (None, Some(9), StatusCode::BAD_REQUEST),
+            (
+                Some("x".repeat(11)),
+                Some(10),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+        ] {
+            let err = block
+                .updated(BlockUpdate {
+                    value,
+                    limit,
+                    ..BlockUpdate::default()
+                })
+                .unwrap_err();
+            assert_eq!(err.status, status, "{}", err.message);
+            assert_eq!(err.code, "BLOCK_LIMIT_EXCEEDED");
+        }
         assert!(
             BlockRecord::create(BlockCreate::default()).is_err(),
             "a label is required"
+        );
+        assert!(
+            block
+                .updated(BlockUpdate {
+                    label: Some(" ".into()),
+                    ..BlockUpdate::default()
+                })
+                .is_err(),
+            "and may not become empty"
         );
     }
 }

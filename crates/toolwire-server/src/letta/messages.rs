@@ -369,7 +369,8 @@ async fn start(
             .await?
             .map(|p| p.calls.iter().map(|c| c.call.id.0.clone()).collect())
             .unwrap_or_default();
-        let retry = (then.clone(), options.clone());
+        let answered: Vec<ToolCallId> = asked.decisions.iter().map(|(id, _)| id.clone()).collect();
+        let retry = (then.clone(), options.clone(), answered);
         match state
             .engine
             .respond(conversation, asked.decisions, then, options)
@@ -437,14 +438,41 @@ const KEEP_ALIVE: &str = "<system-alert>Automated keep-alive ping. Ignore this m
 /// Answers applied before, sent again: if the turn that applied them
 /// stopped before the model answered their results (it was cancelled or
 /// cut), a turn goes on from them, with the request's own message or a
-/// keep-alive one, as Letta's server does; otherwise nothing runs.
+/// keep-alive one, as Letta's server does; otherwise nothing runs. So too
+/// after a compaction left nothing but the system prompt and the summary
+/// in context, when the latest results on the path are these answers
+/// (Letta's idempotency check after a summary: its full history's latest
+/// tool message).
 async fn keep_alive(
     state: &AppState,
     conversation: ConversationId,
-    (then, options): (Option<String>, TurnOptions),
+    (then, options, answered): (Option<String>, TurnOptions, Vec<ToolCallId>),
 ) -> ApiResult<Option<TurnHandle>> {
     let leaf = state.store().conversation(conversation).await?.active_leaf;
-    if state.store().message(leaf).await?.role != toolwire_core::Role::Tool {
+    let path = state.store().path_to(leaf).await?;
+    let goes_on = match path.last() {
+        Some(last) if last.role == toolwire_core::Role::Tool => true,
+        Some(last) if last.compaction().is_some() => {
+            let view = toolwire_engine::context::view::compacted(&path);
+            let results = path
+                .iter()
+                .rev()
+                .find(|m| m.role == toolwire_core::Role::Tool)
+                .map(|m| {
+                    m.content
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            view.messages.len() <= 2 && answered.iter().all(|id| results.contains(&id))
+        }
+        _ => false,
+    };
+    if !goes_on {
         return Ok(None);
     }
     let text = then.unwrap_or_else(|| KEEP_ALIVE.to_owned());

@@ -277,10 +277,17 @@ pub fn history_of<'a>(
 ) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let mut open_group: Option<usize> = None;
+    // The calls of the last message that made some, in its order.
+    let mut order: Vec<String> = Vec::new();
     for m in path {
         let items = history(m, approvals);
         if m.role != Role::Tool {
-            open_group = None;
+            if let Some(at) = open_group.take() {
+                in_call_order(&mut out[at], &order);
+            }
+            if m.tool_uses().next().is_some() {
+                order = m.tool_uses().map(|(id, ..)| id.0.clone()).collect();
+            }
             out.extend(items);
             continue;
         }
@@ -289,13 +296,40 @@ pub fn history_of<'a>(
             match open_group {
                 Some(at) if is_return => merge_returns(&mut out[at], &item),
                 _ => {
+                    if let Some(at) = open_group {
+                        in_call_order(&mut out[at], &order);
+                    }
                     out.push(item);
                     open_group = is_return.then(|| out.len() - 1);
                 }
             }
         }
     }
+    if let Some(at) = open_group {
+        in_call_order(&mut out[at], &order);
+    }
     out
+}
+
+/// The group's `tool_returns` in the order of the calls (`order`; others
+/// after them, as they came), and its own `tool_call_id`, `tool_return`
+/// and `status` the first one's: Letta's server runs a step's calls at
+/// once and keeps their results in the calls' order.
+fn in_call_order(group: &mut Value, order: &[String]) {
+    let Some(list) = group["tool_returns"].as_array_mut() else {
+        return;
+    };
+    let at = |r: &Value| {
+        let id = r["tool_call_id"].as_str().unwrap_or("");
+        order.iter().position(|o| o == id).unwrap_or(usize::MAX)
+    };
+    list.sort_by_key(at);
+    let Some(first) = list.first().cloned() else {
+        return;
+    };
+    for key in ["tool_call_id", "tool_return", "status"] {
+        group[key] = first[key].clone();
+    }
 }
 
 /// Adds the `tool_returns` of `more` to the group `into`.
@@ -389,6 +423,9 @@ pub struct LiveRenderer {
     returns: Option<Value>,
     /// The step's calls still without a result.
     expected: HashSet<String>,
+    /// The step's calls in the model's order: the order of the results
+    /// in their message.
+    order: Vec<String>,
     steps: u32,
     usage: Usage,
     /// The usage of the run's stored model calls, summed: what a run that
@@ -414,6 +451,7 @@ impl LiveRenderer {
             parts: HashMap::new(),
             returns: None,
             expected: HashSet::new(),
+            order: Vec::new(),
             steps: 0,
             usage: Usage::default(),
             steps_usage: Usage::default(),
@@ -424,7 +462,18 @@ impl LiveRenderer {
     /// paused step it goes on with): their results are sent as one
     /// message as soon as all are in.
     pub fn expect_calls(&mut self, calls: impl IntoIterator<Item = String>) {
-        self.expected.extend(calls);
+        for call in calls {
+            self.expected.insert(call.clone());
+            self.order.push(call);
+        }
+    }
+
+    /// The step's results not sent yet, as one message in the calls'
+    /// order.
+    fn take_returns(&mut self) -> Option<Value> {
+        let mut group = self.returns.take()?;
+        in_call_order(&mut group, &self.order);
+        Some(group)
     }
 
     fn now_base(&mut self, kind: &str, id: MessageId) -> Value {
@@ -462,14 +511,16 @@ impl LiveRenderer {
                 | AgentEvent::ToolExecutionFailed { .. }
         );
         if !of_a_call {
-            out.extend(self.returns.take());
+            out.extend(self.take_returns());
         }
         match event {
             AgentEvent::ToolCallsGenerated { calls, .. } => {
-                self.expected = calls.iter().map(|c| c.id.0.clone()).collect();
+                self.order = calls.iter().map(|c| c.id.0.clone()).collect();
+                self.expected = self.order.iter().cloned().collect();
             }
             AgentEvent::ApprovalRequested { calls, .. } => {
-                self.expected = calls.iter().map(|c| c.call.id.0.clone()).collect();
+                self.order = calls.iter().map(|c| c.call.id.0.clone()).collect();
+                self.expected = self.order.iter().cloned().collect();
             }
             _ => {}
         }
@@ -587,7 +638,7 @@ impl LiveRenderer {
                 }
                 // The step's last result: the group goes now.
                 if self.expected.remove(&call_id.0) && self.expected.is_empty() {
-                    out.extend(self.returns.take());
+                    out.extend(self.take_returns());
                 }
             }
             AgentEvent::NotificationsInjected {

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from letta_client import NotFoundError, UnprocessableEntityError
+from letta_client import BadRequestError, NotFoundError, UnprocessableEntityError
 
 from support import of_type, one
 
@@ -38,9 +38,10 @@ def test_blocks_crud_limits_and_unknown_ids(serve):
     assert [b.id for b in client.blocks.list(label="human")] == [human.id]
     assert {b.id for b in client.blocks.list()} == {human.id, persona.id}
 
-    # Over the limit: refused (as Letta's server does, 422), naming it;
-    # nothing stored.
-    with pytest.raises(UnprocessableEntityError) as refused:
+    # Over the limit: refused, naming it; nothing stored. Over the block's
+    # stored limit, 400 (Letta's handler); value and limit in one body,
+    # 422 (Letta's request validation).
+    with pytest.raises(BadRequestError) as refused:
         client.blocks.update(persona.id, value="testing testing testing")
     assert "limit of 20 characters" in str(refused.value)
     with pytest.raises(UnprocessableEntityError):

@@ -217,12 +217,14 @@ def test_a_steps_parallel_results_are_one_message(serve):
     resp = client.agents.messages.create(agent.id, input="Shout three things.")
     assert types(resp.messages) == ["tool_call_message", "tool_return_message", "assistant_message"]
     group = one(resp.messages, "tool_return_message")
-    # In the order the results came (the calls run at once).
-    assert sorted((r.tool_call_id, r.tool_return) for r in group.tool_returns) == [
+    # In the calls' order, whatever order they finished in (the calls run
+    # at once), the group's own fields the first's: as Letta's server.
+    assert [(r.tool_call_id, r.tool_return) for r in group.tool_returns] == [
         ("call_a", "A!"),
         ("call_b", "B!"),
         ("call_c", "C!"),
     ]
+    assert (group.tool_call_id, group.tool_return) == ("call_a", "A!")
     history = collect(client.agents.messages.list(agent.id, order="asc"))
     stored = one(history, "tool_return_message")
     assert [r.tool_call_id for r in stored.tool_returns] == [r.tool_call_id for r in group.tool_returns]
