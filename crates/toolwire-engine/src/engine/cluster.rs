@@ -282,7 +282,12 @@ pub(crate) async fn sweep(engine: &Engine) -> Result<usize, EngineError> {
     for target in cluster.command_targets().await? {
         let target_gone = gone.contains(&target)
             || matches!(
-                instance::judge_here(engine.store().instance(target).await?.as_ref(), me, now, stale),
+                instance::judge_here(
+                    engine.store().instance(target).await?.as_ref(),
+                    me,
+                    now,
+                    stale
+                ),
                 Owner::Gone(_)
             );
         if target_gone {
