@@ -261,12 +261,12 @@ async fn run_on(
     let mut down = None;
     let mut under_load = None;
     if instances > 1 {
-        // Followers timed while the load runs, on instances that live.
-        under_load = Some(
-            cross_latency(&http, &servers[1].base, &servers[2].base, o.latency_turns)
-                .await
-                .context("the cross-instance latency under the load")?,
-        );
+        // Followers timed while the load runs, on instances that live,
+        // beside the kill below.
+        let (owner, follower) = (servers[1].base.clone(), servers[2].base.clone());
+        let (http_l, turns) = (http.clone(), o.latency_turns);
+        let timing =
+            tokio::spawn(async move { cross_latency(&http_l, &owner, &follower, turns).await });
         // Instance 0 dies once half the messages are accepted.
         let half = (o.clients * o.messages / 2) as u64;
         while counts.accepted.load(Ordering::Relaxed) < half {
@@ -288,6 +288,12 @@ async fn run_on(
         down = Some(killed.elapsed());
         router.set(0, Some(again.base.clone()));
         servers[0] = again;
+        under_load = Some(
+            timing
+                .await
+                .context("the latency task failed")?
+                .context("the cross-instance latency under the load")?,
+        );
     }
 
     let mut told: Vec<Told> = Vec::new();
