@@ -29,6 +29,13 @@
 //!   left by its client halfway and resumed after its last `seq_id`;
 //!   checks that nothing was lost or repeated and times full replays
 //!   (see `run_resume.rs`).
+//! * `cluster-load`: three (or more) real `toolwire serve` processes on
+//!   one scratch PostgreSQL database under N clients x M messages, one
+//!   instance killed with SIGKILL midway and started again while its
+//!   clients turn to the others; checks that every accepted message is
+//!   stored exactly once, compares message latency with the same load on
+//!   one instance alone, and times frames on a follower instance against
+//!   the instance running the turn (see `cluster_load.rs`).
 //! * `slowloris`: N connections sending headers a byte at a time; reports
 //!   when the server closed them and whether ordinary requests still get
 //!   through (see `slowloris.rs`).
@@ -36,7 +43,10 @@
 //! The store is an SQLite file in a temporary directory unless `--db`
 //! names one (`sqlite://PATH` or `postgres://…`).
 
+mod cluster_load;
+mod load_client;
 mod run_resume;
+mod scratch_db;
 mod serve_load;
 mod shutdown_load;
 mod slowloris;
@@ -163,6 +173,55 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Runs N clients x M messages over several `toolwire serve`
+    /// instances on one PostgreSQL database, kills one (SIGKILL) midway and
+    /// starts it again; checks that every accepted message is stored
+    /// exactly once; compares with one instance alone; times frames on a
+    /// follower instance against the instance running the turn.
+    ClusterLoad {
+        /// The toolwire binary (default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Option<std::path::PathBuf>,
+        /// A PostgreSQL URL whose user may create databases; each run
+        /// creates a scratch database there and drops it afterwards
+        /// (default: $TOOLWIRE_TEST_POSTGRES_URL).
+        #[arg(long)]
+        db: Option<String>,
+        /// `toolwire serve` processes on the database.
+        #[arg(long, default_value_t = 3)]
+        instances: usize,
+        /// Concurrent clients, each with its own agent, client i on
+        /// instance i mod N.
+        #[arg(long, default_value_t = 200)]
+        clients: usize,
+        /// Messages each client sends, one after the other.
+        #[arg(long, default_value_t = 20)]
+        messages: usize,
+        /// Bytes per chunk of each answer's stream (one event each).
+        #[arg(long, default_value_t = 16)]
+        chunk_size: usize,
+        /// Milliseconds between chunks.
+        #[arg(long, default_value_t = 10)]
+        delay_ms: u64,
+        /// The instances' `--failover-secs`.
+        #[arg(long, default_value_t = 3)]
+        failover_secs: u64,
+        /// Agents created at once before the load.
+        #[arg(long, default_value_t = 16)]
+        create_parallel: usize,
+        /// Longest wait a client honours from a 503's Retry-After, in ms.
+        #[arg(long, default_value_t = 1000)]
+        max_retry_wait_ms: u64,
+        /// Turns of each cross-instance latency measurement.
+        #[arg(long, default_value_t = 20)]
+        latency_turns: usize,
+        /// Skip the comparison run on one instance alone.
+        #[arg(long)]
+        no_alone: bool,
+        /// Seconds before a run gives up.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
     /// A background run's stream on `toolwire serve`, left by its client
     /// halfway and resumed after its last seq_id; then full replays timed.
     RunResume {
@@ -273,6 +332,44 @@ async fn main() -> Result<()> {
                 request_timeout: Duration::from_secs(request_timeout),
                 timeout: Duration::from_secs(timeout),
                 settle: Duration::from_secs(settle),
+            })
+            .await
+        }
+        Command::ClusterLoad {
+            toolwire,
+            db,
+            instances,
+            clients,
+            messages,
+            chunk_size,
+            delay_ms,
+            failover_secs,
+            create_parallel,
+            max_retry_wait_ms,
+            latency_turns,
+            no_alone,
+            timeout,
+        } => {
+            let db = match db {
+                Some(db) => db,
+                None => std::env::var("TOOLWIRE_TEST_POSTGRES_URL").context(
+                    "no database: pass --db postgres://… or set TOOLWIRE_TEST_POSTGRES_URL",
+                )?,
+            };
+            cluster_load::cluster_load(cluster_load::Options {
+                toolwire,
+                db,
+                instances,
+                clients,
+                messages,
+                chunk_size: chunk_size.max(1),
+                delay_ms,
+                failover_secs: failover_secs.max(1),
+                create_parallel,
+                max_retry_wait: Duration::from_millis(max_retry_wait_ms),
+                latency_turns: latency_turns.max(1),
+                no_alone,
+                timeout: Duration::from_secs(timeout),
             })
             .await
         }

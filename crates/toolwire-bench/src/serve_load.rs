@@ -198,6 +198,19 @@ impl Server {
         script: &str,
         extra: &[&str],
     ) -> Result<Server> {
+        let db = format!("sqlite://{}", dir.join("load.db").display());
+        Self::start_on(toolwire, dir, script, &db, extra).await
+    }
+
+    /// [`Server::start_with`] on the database at `db` (any `--db` URL;
+    /// several servers may share a PostgreSQL one).
+    pub(crate) async fn start_on(
+        toolwire: &Path,
+        dir: &Path,
+        script: &str,
+        db: &str,
+        extra: &[&str],
+    ) -> Result<Server> {
         let workspace = dir.join("workspace");
         for (name, text) in WORKSPACE_FILES {
             let path = workspace.join(name);
@@ -208,14 +221,13 @@ impl Server {
         }
         let script_path = dir.join("script.yaml");
         std::fs::write(&script_path, script)?;
-        let db = format!("sqlite://{}", dir.join("load.db").display());
 
         let mut command = Command::new(toolwire);
         command
             .arg("serve")
             .args(["--addr", "127.0.0.1:0", "--provider", "scripted"])
             .arg("--db")
-            .arg(&db)
+            .arg(db)
             .arg("--script")
             .arg(&script_path)
             .arg("--workspace")
@@ -325,6 +337,17 @@ impl Server {
         use nix::unistd::Pid;
         let pid = i32::try_from(self.pid).context("pid out of range")?;
         kill(Pid::from_raw(pid), Signal::SIGTERM).context("signalling the server")
+    }
+
+    /// `kill -9`: the process dies at once, with no chance to tidy up;
+    /// returns once it is gone.
+    pub(crate) async fn kill(&mut self) -> Result<()> {
+        self.child.start_kill().context("killing the server")?;
+        self.child
+            .wait()
+            .await
+            .context("waiting for the killed server")?;
+        Ok(())
     }
 
     /// Waits up to `bound` for the process to exit (then kills it); its

@@ -60,11 +60,12 @@ fn script(chunk_size: usize, delay_ms: u64) -> String {
 }
 
 /// What one client received: (seq, frame type, arrival) per frame.
-type Received = Vec<(u64, String, Instant)>;
+pub(crate) type Received = Vec<(u64, String, Instant)>;
 
 /// One client: reads its snapshot, says it is ready, then reads frames
 /// until it has seen `turns` stops; reports each `stop` to the driver.
-async fn client(
+/// (`cluster-load` uses it too, with sockets on several instances.)
+pub(crate) async fn client(
     url: String,
     turns: usize,
     ready: Arc<Barrier>,

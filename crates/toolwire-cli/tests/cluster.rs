@@ -9,6 +9,12 @@
 //! - sockets on B and C follow a turn run by A: the same frames as on A;
 //! - cancel, interject and an approval answer sent to B reach A's turn; a
 //!   notification posted to C reaches A's turn at its next tool result;
+//! - a run's SSE stream (`GET /v1/runs/{id}/stream`) on C follows A's
+//!   turn live: the same messages as the stream on A, each once, in
+//!   order, and resumed after a cursor exactly the rest;
+//! - commands sent to A while it is frozen, then killed, are settled by
+//!   a survivor: the cancel dropped, the words start the next turn, the
+//!   rows gone;
 //! - `kill -9` of A mid-turn: another instance interrupts the run (once)
 //!   within the failover time, a socket on B resumed with `?after=N` gets
 //!   the rest and the stop, a new turn runs through B, and A started again
@@ -293,6 +299,37 @@ async fn send_frame(socket: &mut Socket, frame: Value) {
         .unwrap();
 }
 
+/// The `data:` payloads of an SSE response at `url` (GET), each with when
+/// it arrived, up to and including `[DONE]` (30 s at most).
+async fn sse_until_done(url: &str) -> Vec<(String, Instant)> {
+    let response = reqwest::Client::new().get(url).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    let mut body = response.bytes_stream();
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut data = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline.into(), body.next())
+            .await
+            .expect("[DONE] within 30 s")
+            .expect("the stream ended before [DONE]")
+            .unwrap();
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let line = String::from_utf8(line).unwrap();
+            if let Some(payload) = line.trim_end().strip_prefix("data:") {
+                let payload = payload.trim_start().to_owned();
+                let done = payload == "[DONE]";
+                data.push((payload, Instant::now()));
+                if done {
+                    return data;
+                }
+            }
+        }
+    }
+}
+
 // -------------------------------------------------------------------- model
 
 /// The text of the last user (or tool) message of an OpenAI chat request.
@@ -539,6 +576,74 @@ async fn followers_on_every_instance_see_the_same_frames() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_stream_on_another_instance_follows_the_turn() {
+    with_cluster(|db, _mock, [a, b, c], _dir| async move {
+        let (_agent, conversation) = a.new_agent(false).await;
+        let mut on_a = a.socket(&conversation, Some(0)).await;
+        let mut on_b = b.socket(&conversation, Some(0)).await;
+        let (status, body) = a.send(&conversation, "slow please").await;
+        assert_eq!(status, 202, "{body}");
+        let run = body["run_id"].as_str().unwrap().to_owned();
+        // The run's stream (Letta's, as an EventSource reads it) on A and
+        // on C, opened while A runs the turn.
+        let stream = |s: &Serve| format!("{}/v1/runs/{run}/stream", s.base);
+        let (url_a, url_c) = (stream(&a), stream(&c));
+        let (sse_a, sse_c, ws_a, ws_b) = tokio::join!(
+            sse_until_done(&url_a),
+            sse_until_done(&url_c),
+            timed_until_stop(&mut on_a),
+            until_stop(&mut on_b),
+        );
+        let stopped_on_a = ws_a.last().unwrap().1;
+        let ws_a: Vec<Value> = ws_a.into_iter().map(|(f, _)| f).collect();
+        assert_eq!(ws_a.last().unwrap()["reason"], "end_turn");
+        assert_eq!(ws_b, ws_a, "the socket on B saw what A's saw");
+
+        // C's stream was live: it carried messages before the turn ended.
+        let (first_c, first_at) = &sse_c[0];
+        assert!(
+            *first_at < stopped_on_a,
+            "C's stream only began after the turn: {first_c}"
+        );
+        let texts = |sse: &[(String, Instant)]| -> Vec<String> {
+            sse.iter().map(|(d, _)| d.clone()).collect()
+        };
+        let (sse_a, sse_c) = (texts(&sse_a), texts(&sse_c));
+        assert_eq!(sse_c, sse_a, "C's stream is A's");
+        assert_eq!(sse_c.last().unwrap(), "[DONE]");
+        let messages: Vec<Value> = sse_c[..sse_c.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        // Once each, in order: seq_id 1, 2, …
+        let seq_ids: Vec<u64> = messages
+            .iter()
+            .map(|m| m["seq_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq_ids, (1..=seq_ids.len() as u64).collect::<Vec<_>>());
+        let stop = messages
+            .iter()
+            .find(|m| m["message_type"] == "stop_reason")
+            .unwrap();
+        assert_eq!(stop["stop_reason"], "end_turn", "{messages:?}");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m["message_type"] == "assistant_message"
+                    && m.to_string().contains("word79")),
+            "the whole answer came through: {messages:?}"
+        );
+
+        // Resumed on C after a cursor: exactly the rest.
+        let cursor = seq_ids.len() as u64 / 2;
+        let rest = sse_until_done(&format!("{}?starting_after={cursor}", stream(&c))).await;
+        assert_eq!(texts(&rest), sse_a[cursor as usize..].to_vec());
+        db
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn commands_sent_to_another_instance_reach_the_running_turn() {
     with_cluster(|db, mock, [a, b, c], _dir| async move {
         // Cancel through B's socket, for A's endless turn.
@@ -626,6 +731,88 @@ async fn commands_sent_to_another_instance_reach_the_running_turn() {
             frames.iter().any(|f| f.to_string().contains("slept")),
             "the approved command ran: {frames:?}"
         );
+        db
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_for_an_instance_that_died_are_settled_by_a_survivor() {
+    with_cluster(|db, mock, [mut a, b, c], _dir| async move {
+        let (agent, conversation) = a.new_agent(false).await;
+        let mut on_b = b.socket(&conversation, Some(0)).await;
+        let (status, body) = a.send(&conversation, "endless please").await;
+        assert_eq!(status, 202, "{body}");
+        until(&mut on_b, |f| f["type"] == "text_delta").await;
+        // A freezes (its lease still held, its commands not taken), is
+        // sent a cancel, words and a notification, and dies.
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(a.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let client = db.client().await;
+        let waiting = || async {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM cluster_commands", &[])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let rows_reach = |n: i64| async move {
+            while waiting().await < n {
+                assert!(Instant::now() < deadline, "the commands were not sent to A");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        send_frame(&mut on_b, json!({"type": "cancel"})).await;
+        send_frame(
+            &mut on_b,
+            json!({"type": "interject", "text": "and mind the cat"}),
+        )
+        .await;
+        rows_reach(2).await;
+        let (status, body) = c
+            .call(
+                "POST",
+                &format!("/v1/agents/{agent}/notifications"),
+                Some(json!({"source": "ci", "text": "the build is green", "priority": "high"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        rows_reach(3).await;
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        let killed = Instant::now();
+        a.child.wait().await.unwrap();
+
+        // The run is interrupted, not cancelled: the cancel had nothing
+        // left to do. The words start the next turn, once.
+        let stop = until_stop(&mut on_b).await.pop().unwrap();
+        assert_eq!(stop["reason"], "interrupted", "{stop}");
+        let next = until_stop(&mut on_b).await;
+        assert_eq!(next.last().unwrap()["reason"], "end_turn", "{next:?}");
+        let took = killed.elapsed();
+        assert!(
+            took <= Duration::from_secs(FAILOVER_SECS + 5),
+            "settled after {took:?}"
+        );
+        assert_eq!(waiting().await, 0, "every command for A was settled");
+        let asked = mock
+            .received()
+            .iter()
+            .filter(|r| last_text(r).contains("mind the cat"))
+            .count();
+        assert_eq!(asked, 1, "the words reached the model once");
+        let stored: i64 = client
+            .query_one(
+                "SELECT count(*) FROM messages WHERE conversation_id = $1::text::uuid \
+                 AND role = 'user' AND content::text LIKE '%mind the cat%'",
+                &[&conversation],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 1, "the words were stored once");
+        eprintln!("commands for a killed instance settled {took:?} after the kill");
         db
     })
     .await;

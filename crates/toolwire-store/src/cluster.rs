@@ -99,6 +99,20 @@ pub trait Cluster: Send + Sync + std::fmt::Debug {
     /// once (removed as it is read).
     async fn take_commands(&self) -> Result<Vec<Command>>;
 
+    /// The other instances that commands wait for (any, gone or not).
+    /// None where commands do not travel (no shared database).
+    async fn command_targets(&self) -> Result<Vec<InstanceId>> {
+        Ok(Vec::new())
+    }
+
+    /// The commands stored for instance `other`, oldest first, each taken
+    /// once: for the survivor that settles what waited for an instance
+    /// that is gone (it would never take them).
+    async fn take_commands_of(&self, other: InstanceId) -> Result<Vec<Command>> {
+        let _ = other;
+        Ok(Vec::new())
+    }
+
     /// Whether no instance holds `conversation`'s lease (this one's own
     /// holds aside: ask only about conversations it does not run).
     async fn lease_free(&self, conversation: ConversationId) -> Result<bool>;

@@ -11,7 +11,8 @@
 //! - sweeps, every heartbeat, for the turns of instances that died: an
 //!   unfinished run whose owner is gone (no heartbeat, its process gone,
 //!   or its lease on the conversation lapsed) is marked interrupted by
-//!   one survivor, which also takes over its pending notifications;
+//!   one survivor, which also takes over its pending notifications and
+//!   settles the commands that waited for it;
 //! - cancels the turns running here when the connection holding their
 //!   leases is lost, as another instance may take them over.
 //!
@@ -19,7 +20,7 @@
 //! (`Engine::start_turn_held`) and gives it back when its entry goes; a
 //! publish is announced (`bus.rs`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -248,9 +249,10 @@ async fn sweep_every(engine: WeakEngine, every: Duration) {
     }
 }
 
-/// Interrupts the unfinished runs whose owner is gone, and takes over
-/// the pending notifications of gone instances. One instance at a time
-/// sweeps (the others skip the round), so each is reported once.
+/// Interrupts the unfinished runs whose owner is gone, settles the
+/// commands that waited for gone instances, and takes over their pending
+/// notifications. One instance at a time sweeps (the others skip the
+/// round), so each is reported once.
 pub(crate) async fn sweep(engine: &Engine) -> Result<usize, EngineError> {
     let cluster = engine.cluster();
     let Some(_section) = cluster.exclusively("failover").await? else {
@@ -260,6 +262,8 @@ pub(crate) async fn sweep(engine: &Engine) -> Result<usize, EngineError> {
     let stale = engine.config().stale_owner_after;
     let now = chrono::Utc::now();
     let mut interrupted = 0;
+    // Owners found gone, whose commands are settled below.
+    let mut gone = BTreeSet::new();
     for unfinished in engine.store().unfinished_runs().await? {
         let run = &unfinished.run;
         if run.owner == Some(me.id) || engine.is_running(run.conversation_id) {
@@ -270,12 +274,61 @@ pub(crate) async fn sweep(engine: &Engine) -> Result<usize, EngineError> {
             Owner::Alive if cluster.lease_free(run.conversation_id).await? => Gone::LeaseLapsed,
             Owner::Alive => continue,
         };
+        gone.extend(run.owner);
         if instance::interrupt(engine.writer().as_ref(), engine.bus(), run, why).await? {
             interrupted += 1;
         }
     }
+    for target in cluster.command_targets().await? {
+        let target_gone = gone.contains(&target)
+            || matches!(
+                instance::judge_here(
+                    engine.store().instance(target).await?.as_ref(),
+                    me,
+                    now,
+                    stale
+                ),
+                Owner::Gone(_)
+            );
+        if target_gone {
+            let commands = cluster.take_commands_of(target).await?;
+            settle(engine, target, commands).await;
+        }
+    }
     engine.take_over_notifications().await?;
     Ok(interrupted)
+}
+
+/// Carries out here the commands that waited for `gone`, an instance that
+/// will never take them: the turn they were for is interrupted (by this
+/// sweep or an earlier one), so a cancel has nothing left to do, while
+/// interjections and notifications go where they would have gone had no
+/// turn been running (to the instance running the conversation's turn
+/// now, if any, else here: words start a turn, a notification waits).
+async fn settle(engine: &Engine, gone: toolwire_core::InstanceId, commands: Vec<Command>) {
+    if commands.is_empty() {
+        return;
+    }
+    tracing::info!(instance = %gone, commands = commands.len(), "settling the commands sent to an instance that is gone");
+    for command in commands {
+        let conversation = command.conversation();
+        let done = match command {
+            Command::Cancel { .. } => Ok(()),
+            Command::Interject { text, .. } => {
+                engine.interject(conversation, &text).await.map(drop)
+            }
+            Command::Notify { event, .. } => match serde_json::from_value::<WireIncoming>(event) {
+                Ok(event) => engine.notify(conversation, event.into()).await.map(drop),
+                Err(e) => {
+                    tracing::warn!(%conversation, error = %e, "an unreadable notification for a gone instance was dropped");
+                    Ok(())
+                }
+            },
+        };
+        if let Err(e) = done {
+            tracing::warn!(%conversation, error = %e, "a command sent to a gone instance could not be settled");
+        }
+    }
 }
 
 /// Interrupts the unfinished runs of `conversation` left by a turn that

@@ -49,6 +49,7 @@ const SEND_COMMAND: &str = "WITH c AS (INSERT INTO cluster_commands (target, bod
     VALUES ($1, $2) RETURNING target) \
     SELECT pg_notify('toolwire_commands', target::text) FROM c";
 const TAKE_COMMANDS: &str = "DELETE FROM cluster_commands WHERE target = $1 RETURNING id, body";
+const COMMAND_TARGETS: &str = "SELECT DISTINCT target FROM cluster_commands WHERE target <> $1";
 const TURN_OWNER: &str = "SELECT owner FROM runs WHERE conversation_id = $1 \
     AND stop_reason IS NULL ORDER BY started_at DESC LIMIT 1";
 
@@ -365,9 +366,22 @@ impl Cluster for PgCluster {
     }
 
     async fn take_commands(&self) -> Result<Vec<Command>> {
+        self.take_commands_of(self.shared.me).await
+    }
+
+    async fn command_targets(&self) -> Result<Vec<InstanceId>> {
+        let client = self.shared.pool.get().await?;
+        let statement = client.prepare_cached(COMMAND_TARGETS).await?;
+        let rows = client.query(&statement, &[&self.shared.me.0]).await?;
+        rows.iter()
+            .map(|row| Ok(InstanceId(row.try_get(0)?)))
+            .collect()
+    }
+
+    async fn take_commands_of(&self, other: InstanceId) -> Result<Vec<Command>> {
         let client = self.shared.pool.get().await?;
         let statement = client.prepare_cached(TAKE_COMMANDS).await?;
-        let rows = client.query(&statement, &[&self.shared.me.0]).await?;
+        let rows = client.query(&statement, &[&other.0]).await?;
         let mut commands = Vec::with_capacity(rows.len());
         for row in rows {
             let id: i64 = row.try_get(0)?;
