@@ -28,8 +28,12 @@ def wait_for_gate(label: str) -> str:
 
 @pytest.fixture
 def running(serve, workspace):
-    """A server, a client, an agent with `wait_for_gate`, and the gate."""
-    client = serve("blocking.yaml").client()
+    """A server, a client, an agent with `wait_for_gate`, and the gate.
+    Notifications are off: the watcher would report the gate files (in
+    the workspace, where the tool may write) once they are 300 ms old, on
+    a loaded machine while the turn still runs, as a `system_message`
+    the streams here do not expect."""
+    client = serve("blocking.yaml", config="[notifications]\nenabled = false\n").client()
     gate, started = workspace / "gate", workspace / "started"
     tool = client.tools.create(source_code=gated_tool_source(gate, started))
     agent = client.agents.create(name="busy", include_base_tools=False, tool_ids=[tool.id])
