@@ -1121,7 +1121,12 @@ pub async fn documents_are_kept_by_kind(db: Db) {
         run
     );
     assert_eq!(
-        reopened.document("agent", "a3").await.unwrap().unwrap().body,
+        reopened
+            .document("agent", "a3")
+            .await
+            .unwrap()
+            .unwrap()
+            .body,
         body(333)
     );
     assert_eq!(
