@@ -36,6 +36,11 @@
 //!   stored exactly once, compares message latency with the same load on
 //!   one instance alone, and times frames on a follower instance against
 //!   the instance running the turn (see `cluster_load.rs`).
+//! * `plain-load`: server CPU per answered message: the real `toolwire
+//!   serve` (and, with `--kelpie`, a Kelpie server) against an
+//!   OpenAI-compatible mock model over loopback, N agents x M plain
+//!   messages through the Letta messages route; prints CPU per message,
+//!   throughput and latency (see `plain_load.rs`).
 //! * `slowloris`: N connections sending headers a byte at a time; reports
 //!   when the server closed them and whether ordinary requests still get
 //!   through (see `slowloris.rs`).
@@ -45,6 +50,7 @@
 
 mod cluster_load;
 mod load_client;
+mod plain_load;
 mod run_resume;
 mod scratch_db;
 mod serve_load;
@@ -238,6 +244,37 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         replays: usize,
     },
+    /// Server CPU per answered message: `toolwire serve` (and Kelpie) with
+    /// an OpenAI-compatible mock model, N agents x M plain messages.
+    PlainLoad {
+        /// toolwire binaries to measure (repeat the flag to compare builds,
+        /// run alternately; default: `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Vec<std::path::PathBuf>,
+        /// A Kelpie server binary to measure beside toolwire, against the
+        /// same mock model.
+        #[arg(long)]
+        kelpie: Option<std::path::PathBuf>,
+        /// Agents, all sending at once.
+        #[arg(long, default_value_t = 50)]
+        agents: usize,
+        /// Messages each agent sends, one after the other.
+        #[arg(long, default_value_t = 10)]
+        messages: usize,
+        /// Milliseconds the mock model waits before each answer.
+        #[arg(long, default_value_t = 0)]
+        model_delay_ms: u64,
+        /// Runs of every server, alternating.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
+        /// Directory for the temporary directories and toolwire's SQLite
+        /// file (e.g. a tmpfs, for a database in memory).
+        #[arg(long)]
+        tmpdir: Option<std::path::PathBuf>,
+        /// Seconds a message may take before it counts as an error.
+        #[arg(long, default_value_t = 120)]
+        request_timeout: u64,
+    },
     /// Opens N connections to `toolwire serve` that send their headers one
     /// byte at a time; reports when the server closes them.
     Slowloris {
@@ -406,6 +443,28 @@ async fn main() -> Result<()> {
                 events,
                 delay_ms,
                 replays,
+            })
+            .await
+        }
+        Command::PlainLoad {
+            toolwire,
+            kelpie,
+            agents,
+            messages,
+            model_delay_ms,
+            rounds,
+            tmpdir,
+            request_timeout,
+        } => {
+            plain_load::plain_load(plain_load::Options {
+                toolwire,
+                kelpie,
+                agents,
+                messages,
+                model_delay: Duration::from_millis(model_delay_ms),
+                rounds,
+                tmpdir,
+                request_timeout: Duration::from_secs(request_timeout),
             })
             .await
         }

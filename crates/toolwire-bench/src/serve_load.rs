@@ -20,6 +20,7 @@
 //! Without `stream_tokens` a turn's first event is the first step's
 //! assistant message, sent once that step is stored.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,7 +127,7 @@ fn proc_status_bytes(pid: u32, key: &str) -> Result<u64> {
 
 /// User + system CPU seconds of process `pid` (`self` for this one), from
 /// `/proc/<pid>/stat` (in clock ticks of 1/100 s, Linux's `USER_HZ`).
-fn cpu_seconds(pid: &str) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: &str) -> Result<f64> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // The fields after the command name, which may hold spaces: state is
@@ -211,6 +212,38 @@ impl Server {
         db: &str,
         extra: &[&str],
     ) -> Result<Server> {
+        let script_path = dir.join("script.yaml");
+        std::fs::write(&script_path, script)?;
+        let provider = [
+            OsString::from("--provider"),
+            "scripted".into(),
+            "--script".into(),
+            script_path.into(),
+        ];
+        Self::start_provider_on(toolwire, dir, &provider, db, extra).await
+    }
+
+    /// `toolwire serve` in `dir` (a fresh `load.db` there, a small
+    /// workspace) with `provider`'s flags (`--provider …` and what it
+    /// needs) and `extra`.
+    pub(crate) async fn start_provider(
+        toolwire: &Path,
+        dir: &Path,
+        provider: &[OsString],
+        extra: &[&str],
+    ) -> Result<Server> {
+        let db = format!("sqlite://{}", dir.join("load.db").display());
+        Self::start_provider_on(toolwire, dir, provider, &db, extra).await
+    }
+
+    /// [`Server::start_provider`] on the database at `db`.
+    async fn start_provider_on(
+        toolwire: &Path,
+        dir: &Path,
+        provider: &[OsString],
+        db: &str,
+        extra: &[&str],
+    ) -> Result<Server> {
         let workspace = dir.join("workspace");
         for (name, text) in WORKSPACE_FILES {
             let path = workspace.join(name);
@@ -219,17 +252,14 @@ impl Server {
             }
             std::fs::write(&path, text)?;
         }
-        let script_path = dir.join("script.yaml");
-        std::fs::write(&script_path, script)?;
 
         let mut command = Command::new(toolwire);
         command
             .arg("serve")
-            .args(["--addr", "127.0.0.1:0", "--provider", "scripted"])
+            .args(["--addr", "127.0.0.1:0"])
+            .args(provider)
             .arg("--db")
             .arg(db)
-            .arg("--script")
-            .arg(&script_path)
             .arg("--workspace")
             .arg(&workspace)
             .args(extra)

@@ -372,6 +372,25 @@ impl Store for Counting {
         self.time("interrupt_run", self.inner.interrupt_run(id))
             .await
     }
+    async fn finish_run_with_events(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        c: ConversationId,
+        events: &[AgentEvent],
+    ) -> R<Vec<u64>> {
+        self.time(
+            "finish_run_with_events",
+            self.inner
+                .finish_run_with_events(id, reason, error, c, events),
+        )
+        .await
+    }
+    async fn put_documents(&self, documents: &[(&str, &str, &serde_json::Value)]) -> R<()> {
+        self.time("put_documents", self.inner.put_documents(documents))
+            .await
+    }
     async fn append_events(&self, c: ConversationId, events: &[AgentEvent]) -> R<Vec<u64>> {
         self.time("append_events", self.inner.append_events(c, events))
             .await

@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::broadcast;
-use toolwire_core::{AgentEvent, ConversationId, Message};
+use toolwire_core::{AgentEvent, ConversationId, Message, RunId, StopReason};
 use toolwire_store::cluster::Cluster;
 use toolwire_store::{Store, StoreError, StoredEvent};
 
@@ -100,6 +100,24 @@ impl EventBus {
     ) -> Result<(), StoreError> {
         let seqs = self.store.append_with_events(message, &events).await?;
         self.publish(message.conversation_id, seqs, events);
+        Ok(())
+    }
+
+    /// Records how run `run_id` ended and stores `events` (its
+    /// announcement) in one transaction, then publishes them.
+    pub(crate) async fn finish_run(
+        &self,
+        conversation: ConversationId,
+        run_id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        events: Vec<AgentEvent>,
+    ) -> Result<(), StoreError> {
+        let seqs = self
+            .store
+            .finish_run_with_events(run_id, reason, error, conversation, &events)
+            .await?;
+        self.publish(conversation, seqs, events);
         Ok(())
     }
 

@@ -18,6 +18,15 @@ impl Engine {
         Ok(self.writer().put_document(kind, id, body).await?)
     }
 
+    /// Stores each record `(kind, id, body)`, in place of any before it,
+    /// all or none.
+    pub async fn put_records(
+        &self,
+        records: &[(&str, &str, &serde_json::Value)],
+    ) -> Result<(), EngineError> {
+        Ok(self.writer().put_documents(records).await?)
+    }
+
     /// Removes record `(kind, id)`; says whether it was there.
     pub async fn delete_record(&self, kind: &str, id: &str) -> Result<bool, EngineError> {
         Ok(self.writer().delete_document(kind, id).await?)

@@ -301,6 +301,18 @@ pub trait Store: StoreRead {
     /// Records how run `id` ended.
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> Result<()>;
 
+    /// [`Store::finish_run`], and `events` (the run's announcement of its
+    /// end) appended to `conversation`'s log in the same transaction;
+    /// returns the events' `seq`s. Nothing is stored if either fails.
+    async fn finish_run_with_events(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        conversation: ConversationId,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>>;
+
     /// Marks run `id` interrupted if it is still unfinished, and says
     /// whether it did: `false` when it had ended meanwhile or another
     /// instance interrupted it first, so that only one of several instances
@@ -341,6 +353,10 @@ pub trait Store: StoreRead {
         kind: &str,
         changes: &[(String, Option<serde_json::Value>)],
     ) -> Result<()>;
+
+    /// Stores each `(kind, id, body)`, in place of any document there, all
+    /// or none (one transaction).
+    async fn put_documents(&self, documents: &[(&str, &str, &serde_json::Value)]) -> Result<()>;
 
     /// Stores `bytes` once under their SHA-256 and gives the reference a
     /// message holds. Storing the same bytes again writes nothing (the

@@ -443,6 +443,19 @@ impl Store for SqliteStore {
         self.writer.finish_run(id, reason, error).await
     }
 
+    async fn finish_run_with_events(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        conversation: ConversationId,
+        events: &[AgentEvent],
+    ) -> crate::Result<Vec<u64>> {
+        self.writer
+            .finish_run_with_events(id, reason, error, conversation, events)
+            .await
+    }
+
     async fn interrupt_run(&self, id: RunId) -> crate::Result<bool> {
         self.writer.interrupt_run(id).await
     }
@@ -469,5 +482,12 @@ impl Store for SqliteStore {
         changes: &[(String, Option<serde_json::Value>)],
     ) -> crate::Result<()> {
         self.writer.write_documents(kind, changes).await
+    }
+
+    async fn put_documents(
+        &self,
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> crate::Result<()> {
+        self.writer.put_documents(documents).await
     }
 }

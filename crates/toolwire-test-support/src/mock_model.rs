@@ -42,6 +42,9 @@ pub enum Reply {
         sent: String,
         for_: Duration,
     },
+    /// `reply`, once `after` has passed: a model that thinks before its
+    /// first byte (a load bench's model delay).
+    Late { after: Duration, reply: Box<Reply> },
 }
 
 impl Reply {
@@ -187,13 +190,23 @@ async fn serve(
     let Some(request) = read_request(&mut socket).await? else {
         return Ok(());
     };
-    let reply = match reply {
+    let mut reply = match reply {
         Reply::Respond(answer) => answer(&request),
         other => other,
     };
     log.lock().unwrap().push(request);
+    while let Reply::Late {
+        after,
+        reply: later,
+    } = reply
+    {
+        tokio::time::sleep(after).await;
+        reply = *later;
+    }
 
     match reply {
+        // Waited for above.
+        Reply::Late { .. } => {}
         // Answered above; an answer that is itself `Respond` gets a 500.
         Reply::Respond(_) => {
             let body = "the mock's Respond answer returned another Respond";

@@ -297,16 +297,31 @@ pub(crate) async fn run(
         }
         (None, _) => {}
     }
-    if let Err(e) = cx.store.finish_run(run_id, reason, error.as_deref()).await {
-        tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
-    }
     let stopped = AgentEvent::Stopped {
         run_id,
         reason,
         error: error.clone(),
     };
-    if let Err(e) = cx.bus.emit(conversation, stopped).await {
-        tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
+    // The run's end and its event in one transaction; should that fail
+    // (nothing of it is stored then), each is tried on its own, so that
+    // one failing does not keep the other from being stored.
+    let together = cx
+        .bus
+        .finish_run(
+            conversation,
+            run_id,
+            reason,
+            error.as_deref(),
+            vec![stopped.clone()],
+        )
+        .await;
+    if together.is_err() {
+        if let Err(e) = cx.store.finish_run(run_id, reason, error.as_deref()).await {
+            tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
+        }
+        if let Err(e) = cx.bus.emit(conversation, stopped).await {
+            tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
+        }
     }
     TurnOutcome {
         run_id,

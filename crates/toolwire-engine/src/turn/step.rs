@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use toolwire_core::notification::SYSTEM_PROMPT_ADDITION;
 use toolwire_core::{
     AgentEvent, GatedCall, Message, MessageId, MessageStatus, Role, StopReason, ToolCallId,
@@ -59,13 +59,23 @@ impl<'a> Turn<'a> {
             iteration,
         });
         let mut batches = stream.ready_chunks(256);
+        // The events of the stream's last batch, when the stream had
+        // already ended once that batch was read (a model that answered at
+        // once): stored with the step's message, in its transaction, rather
+        // than in one of their own. Still stored before they are published.
+        let mut held: Vec<AgentEvent> = Vec::new();
+        // A batch that was ready when the stream's end was looked for.
+        let mut ready = None;
         while failure.is_none() {
-            let batch = tokio::select! {
-                batch = batches.next() => batch,
-                _ = self.cancel.cancelled() => {
-                    failure = Some(self.cancelled());
-                    break;
-                }
+            let batch = match ready.take() {
+                Some(batch) => Some(batch),
+                None => tokio::select! {
+                    batch = batches.next() => batch,
+                    _ = self.cancel.cancelled() => {
+                        failure = Some(self.cancelled());
+                        break;
+                    }
+                },
             };
             let Some(batch) = batch else { break };
             let mut publish: Vec<AgentEvent> = step_started.take().into_iter().collect();
@@ -93,19 +103,27 @@ impl<'a> Turn<'a> {
                     break;
                 }
             }
+            if failure.is_none() && !self.cancel.is_cancelled() {
+                match batches.next().now_or_never() {
+                    Some(None) => {
+                        held = publish;
+                        break;
+                    }
+                    Some(Some(batch)) => ready = Some(batch),
+                    None => {}
+                }
+            }
             self.cx.bus.emit_all(self.conversation, publish).await?;
         }
         if failure.is_none() {
-            let publish: Vec<AgentEvent> = step_started
-                .take()
-                .into_iter()
-                .chain(
-                    step.finish()
-                        .into_iter()
-                        .filter_map(|e| self.translate(e).ok().flatten()),
-                )
-                .collect();
-            self.cx.bus.emit_all(self.conversation, publish).await?;
+            // Stored with the message below (the step's last events and
+            // its message in one transaction), published after it.
+            held.extend(step_started.take());
+            held.extend(
+                step.finish()
+                    .into_iter()
+                    .filter_map(|e| self.translate(e).ok().flatten()),
+            );
         }
         let model = &answering.info;
         let mut message = Message::new(
@@ -149,10 +167,11 @@ impl<'a> Turn<'a> {
         };
         if !message.content.is_empty() || failure.is_none() {
             let run_id = self.run_id;
-            let mut events = vec![AgentEvent::AssistantMessageCreated {
+            let mut events = std::mem::take(&mut held);
+            events.push(AgentEvent::AssistantMessageCreated {
                 run_id,
                 message: message.clone(),
-            }];
+            });
             if failure.is_none() {
                 events.push(if calls.is_empty() {
                     AgentEvent::FinalResponse {

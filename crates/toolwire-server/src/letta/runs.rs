@@ -77,13 +77,12 @@ pub struct RunDoc {
 pub async fn record(state: &AppState, doc: &RunDoc) -> ApiResult<()> {
     let body = serde_json::to_value(doc)
         .map_err(|e| ApiError::internal(format!("a run cannot be stored: {e}")))?;
+    // The run and the agent's last run in one transaction.
+    let last = json!({"run_id": doc.run_id});
+    let run_id = doc.run_id.to_string();
     state
         .engine
-        .put_record(KIND, &doc.run_id.to_string(), &body)
-        .await?;
-    state
-        .engine
-        .put_record(LAST_RUN, &doc.agent_id, &json!({"run_id": doc.run_id}))
+        .put_records(&[(KIND, &run_id, &body), (LAST_RUN, &doc.agent_id, &last)])
         .await?;
     Ok(())
 }

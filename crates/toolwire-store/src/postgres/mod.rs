@@ -543,6 +543,25 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn finish_run_with_events(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        conversation: ConversationId,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&id.0, &reason.as_str(), &error, &Ts::now().0];
+        if execute(&tx, FINISH_RUN, &params).await? == 0 {
+            return Err(StoreError::RunNotFound(id));
+        }
+        let seqs = insert_events(&tx, conversation, events).await?;
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
     async fn interrupt_run(&self, id: RunId) -> Result<bool> {
         let client = self.client().await?;
         let interrupted = StopReason::Interrupted.as_str();
@@ -598,6 +617,17 @@ impl Store for PostgresStore {
                 Some(body) => execute(&tx, PUT_DOCUMENT, &[&kind, id, &Json(body), &now]).await?,
                 None => execute(&tx, DELETE_DOCUMENT, &[&kind, id]).await?,
             };
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn put_documents(&self, documents: &[(&str, &str, &serde_json::Value)]) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now = Ts::now().0;
+        for (kind, id, body) in documents {
+            execute(&tx, PUT_DOCUMENT, &[kind, id, &Json(*body), &now]).await?;
         }
         tx.commit().await?;
         Ok(())

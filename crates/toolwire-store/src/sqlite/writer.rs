@@ -292,6 +292,25 @@ impl Writer {
         .await
     }
 
+    pub(in crate::sqlite) async fn put_documents(
+        self: &Arc<Self>,
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> Result<()> {
+        let documents: Vec<(String, String, String)> = documents
+            .iter()
+            .map(|(kind, id, body)| ((*kind).to_owned(), (*id).to_owned(), body.to_string()))
+            .collect();
+        let now = Ts::now();
+        self.write(move |tx| {
+            for (kind, id, body) in &documents {
+                tx.prepare_cached(sql::PUT_DOCUMENT)?
+                    .execute(numbered(&[kind, id, body, &now]).as_slice())?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     pub(in crate::sqlite) async fn create_conversation(
         self: &Arc<Self>,
         system_prompt: &str,
@@ -481,14 +500,24 @@ impl Writer {
     ) -> Result<()> {
         let error = error.map(str::to_owned);
         let now = Ts::now();
+        self.write(move |tx| finish_run(tx, id, reason, error.as_deref(), &now))
+            .await
+    }
+
+    pub(in crate::sqlite) async fn finish_run_with_events(
+        self: &Arc<Self>,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        conversation: ConversationId,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>> {
+        let error = error.map(str::to_owned);
+        let events = event_rows(events)?;
+        let now = Ts::now();
         self.write(move |tx| {
-            let updated = tx
-                .prepare_cached(sql::FINISH_RUN)?
-                .execute(numbered(&[&id.0, &reason.as_str(), &error, &now]).as_slice())?;
-            if updated == 0 {
-                return Err(StoreError::RunNotFound(id));
-            }
-            Ok(())
+            finish_run(tx, id, reason, error.as_deref(), &now)?;
+            insert_events(tx, conversation, &events)
         })
         .await
     }
@@ -520,6 +549,22 @@ impl Writer {
         self.write(move |tx| insert_events(tx, conversation, &events))
             .await
     }
+}
+
+fn finish_run(
+    tx: &Connection,
+    id: RunId,
+    reason: StopReason,
+    error: Option<&str>,
+    now: &Ts,
+) -> Result<()> {
+    let updated = tx
+        .prepare_cached(sql::FINISH_RUN)?
+        .execute(numbered(&[&id.0, &reason.as_str(), &error, now]).as_slice())?;
+    if updated == 0 {
+        return Err(StoreError::RunNotFound(id));
+    }
+    Ok(())
 }
 
 /// `values` bound to `$1`, `$2` … by name: SQLite numbers the shared

@@ -84,6 +84,7 @@ macro_rules! store_tests {
             update_keeps_the_tree_place,
             total_cost_and_list,
             runs_and_interrupted_runs,
+            a_run_ends_with_its_events_or_not_at_all,
             unfinished_runs_come_with_their_owners,
             concurrent_interrupts_report_a_run_once,
             instances_register_beat_and_are_forgotten,
@@ -584,6 +585,57 @@ pub async fn runs_and_interrupted_runs(db: Db) {
     assert_eq!(restarted.unfinished_runs().await.unwrap(), vec![]);
 }
 
+pub async fn a_run_ends_with_its_events_or_not_at_all(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let owner = s
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
+    let run = RunId::new();
+    s.start_run(run, c.id, owner.id).await.unwrap();
+    s.append_event(c.id, &delta(run, 1)).await.unwrap();
+    let stopped = AgentEvent::Stopped {
+        run_id: run,
+        reason: StopReason::LlmApiError,
+        error: Some("HTTP 500".into()),
+    };
+    let seqs = s
+        .finish_run_with_events(
+            run,
+            StopReason::LlmApiError,
+            Some("HTTP 500"),
+            c.id,
+            std::slice::from_ref(&stopped),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs, [2]);
+    let r = db.reopen().await.run(run).await.unwrap();
+    assert_eq!(r.stop_reason, Some(StopReason::LlmApiError));
+    assert_eq!(r.error.as_deref(), Some("HTTP 500"));
+    let log = s.events_since(c.id, 0, 10).await.unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!((log[1].seq, &log[1].event), (2, &stopped));
+
+    // An unknown run: refused, and its events are not stored either.
+    let unknown = RunId::new();
+    let refused = s
+        .finish_run_with_events(
+            unknown,
+            StopReason::EndTurn,
+            None,
+            c.id,
+            &[delta(unknown, 1)],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::RunNotFound(id)) if id == unknown),
+        "{refused:?}"
+    );
+    assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 2);
+}
+
 pub async fn unfinished_runs_come_with_their_owners(db: Db) {
     let s = &db.store;
     let c = s.create_conversation("sys", None).await.unwrap();
@@ -1052,6 +1104,41 @@ pub async fn documents_are_kept_by_kind(db: Db) {
         "only its kind"
     );
     store.write_documents("agent", &[]).await.unwrap();
+
+    // Several kinds at once, each replacing what was there.
+    let run = serde_json::json!({"run": 1});
+    store
+        .put_documents(&[
+            ("run", "r1", &run),
+            ("agent", "a3", &body(333)),
+            ("last_run", "a3", &serde_json::json!({"run_id": "r1"})),
+        ])
+        .await
+        .unwrap();
+    let reopened = db.reopen().await;
+    assert_eq!(
+        reopened.document("run", "r1").await.unwrap().unwrap().body,
+        run
+    );
+    assert_eq!(
+        reopened
+            .document("agent", "a3")
+            .await
+            .unwrap()
+            .unwrap()
+            .body,
+        body(333)
+    );
+    assert_eq!(
+        reopened
+            .document("last_run", "a3")
+            .await
+            .unwrap()
+            .unwrap()
+            .body,
+        serde_json::json!({"run_id": "r1"})
+    );
+    store.put_documents(&[]).await.unwrap();
 }
 
 pub async fn messages_are_the_whole_tree(db: Db) {
