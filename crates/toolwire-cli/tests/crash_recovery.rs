@@ -18,7 +18,9 @@ use toolwire_test_support::{Call, MockServer, Reply, openai_sse};
 
 const NOT_RUN: &str = "Not run: toolwire stopped before this call finished.";
 
-fn toolwire(dir: &Path, db: &str, url: &str) -> tokio::process::Command {
+/// `toolwire SUBCOMMAND` (`exec`, `chat`) on `db` with the mock model at
+/// `url`, configured by nothing else.
+fn toolwire(subcommand: &str, dir: &Path, db: &str, url: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
     cmd.current_dir(dir).env_remove("RUST_LOG");
     for (k, _) in std::env::vars() {
@@ -27,7 +29,7 @@ fn toolwire(dir: &Path, db: &str, url: &str) -> tokio::process::Command {
         }
     }
     cmd.args([
-        "exec",
+        subcommand,
         "--db",
         db,
         "--provider",
@@ -65,7 +67,7 @@ async fn after_a_kill_mid_tool_every_call_has_a_result_and_the_turn_shows_interr
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("crash.db").display());
 
-    let mut child = toolwire(dir.path(), &db, &server.url)
+    let mut child = toolwire("exec", dir.path(), &db, &server.url)
         .args(["--json", "run it"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -103,7 +105,7 @@ async fn after_a_kill_mid_tool_every_call_has_a_result_and_the_turn_shows_interr
     let conversation: ConversationId = conversation.unwrap().parse().unwrap();
 
     // Restart on the same file and send the next message.
-    let out = toolwire(dir.path(), &db, &server.url)
+    let out = toolwire("exec", dir.path(), &db, &server.url)
         .args(["--conversation", &conversation.to_string(), "status?"])
         .output()
         .await
@@ -172,30 +174,6 @@ async fn after_a_kill_mid_tool_every_call_has_a_result_and_the_turn_shows_interr
     assert_eq!(results[1].parent_id, Some(results[0].id));
 }
 
-/// `toolwire chat` on the same file and model as [`toolwire`]'s `exec`.
-fn chat(dir: &Path, db: &str, url: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
-    cmd.current_dir(dir).env_remove("RUST_LOG");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("TOOLWIRE_") || k.ends_with("_API_KEY") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args([
-        "chat",
-        "--db",
-        db,
-        "--provider",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        "gpt-test",
-    ]);
-    cmd.kill_on_drop(true);
-    cmd
-}
-
 fn times_in(request: &toolwire_test_support::Request, text: &str) -> usize {
     request.body.to_string().matches(text).count()
 }
@@ -218,7 +196,7 @@ async fn words_interjected_into_a_killed_turn_reach_the_model_once_after_the_res
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("crash.db").display());
 
-    let mut child = chat(dir.path(), &db, &server.url)
+    let mut child = toolwire("chat", dir.path(), &db, &server.url)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -259,7 +237,7 @@ async fn words_interjected_into_a_killed_turn_reach_the_model_once_after_the_res
     let conversation = conversation.expect("chat names its conversation");
 
     for (prompt, answer) in [("status?", "Noted the cat."), ("again?", "Still noted.")] {
-        let out = toolwire(dir.path(), &db, &server.url)
+        let out = toolwire("exec", dir.path(), &db, &server.url)
             .args(["--conversation", &conversation, prompt])
             .output()
             .await

@@ -100,27 +100,16 @@ pub(crate) async fn take_over(
     me: &InstanceRecord,
     stale_after: Duration,
 ) -> Result<usize, StoreError> {
+    let mut taken = Vec::new();
     let gone = instance::kept_by_gone(store, KIND, me, stale_after, |k: &Kept| k.instance).await?;
-    if gone.is_empty() {
-        return Ok(0);
-    }
-    for (_, kept) in &gone {
+    for (id, kept) in gone {
         let text = kept.words.join("\n\n");
         hub.push(
             config,
             kept.conversation,
             Incoming::text(USER_SOURCE, Priority::High, text),
         );
+        taken.push((id, kept.conversation));
     }
-    keep::flush(store, hub, me.id).await?;
-    for (id, kept) in &gone {
-        if !store.delete_document(KIND, id).await? {
-            tracing::warn!(conversation = %kept.conversation, "another engine took over the same interjections: they may come twice");
-        }
-    }
-    tracing::info!(
-        conversations = gone.len(),
-        "took over the interjections of an engine that is gone"
-    );
-    Ok(gone.len())
+    keep::adopt(store, hub, me, KIND, &taken, "interjections").await
 }

@@ -116,18 +116,34 @@ pub(crate) async fn take_over(
         hub.restore(config, conversation, batch);
         taken.push((id, conversation));
     }
+    adopt(store, hub, me, KIND, &taken, "pending notifications").await
+}
+
+/// Ends a take-over once what gone instances kept (`taken`: documents of
+/// `kind` and their conversations) waits in `hub`: it is kept as `me`'s,
+/// then their documents go, so that a crash in between delivers twice,
+/// never loses. `what` names them in the logs. Returns how many
+/// conversations had some.
+pub(crate) async fn adopt(
+    store: &dyn Store,
+    hub: &Hub,
+    me: &InstanceRecord,
+    kind: &str,
+    taken: &[(String, ConversationId)],
+    what: &str,
+) -> Result<usize, StoreError> {
     if taken.is_empty() {
         return Ok(0);
     }
     flush(store, hub, me.id).await?;
-    for (id, conversation) in &taken {
-        if !store.delete_document(KIND, id).await? {
-            tracing::warn!(%conversation, "another engine took over the same pending notifications: they may come twice");
+    for (id, conversation) in taken {
+        if !store.delete_document(kind, id).await? {
+            tracing::warn!(%conversation, "another engine took over the same {what}: they may come twice");
         }
     }
     tracing::info!(
         conversations = taken.len(),
-        "took over the pending notifications of an engine that is gone"
+        "took over the {what} of an engine that is gone"
     );
     Ok(taken.len())
 }
