@@ -29,6 +29,13 @@ macro_rules! uuid_id {
             pub fn new() -> Self {
                 Self(Uuid::now_v7())
             }
+
+            /// When the id was made: its UUID v7 time, to the millisecond
+            /// (`None` for an id of another version).
+            pub fn made_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+                let (secs, nanos) = self.0.get_timestamp()?.to_unix();
+                chrono::DateTime::from_timestamp(i64::try_from(secs).ok()?, nanos)
+            }
         }
 
         impl Default for $name {
@@ -109,6 +116,15 @@ impl From<String> for ToolCallId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_knows_when_it_was_made() {
+        let before = chrono::Utc::now() - chrono::TimeDelta::milliseconds(1);
+        let made = MessageId::new().made_at().unwrap();
+        let after = chrono::Utc::now();
+        assert!(before <= made && made <= after, "{before} {made} {after}");
+        assert_eq!(MessageId(Uuid::nil()).made_at(), None);
+    }
 
     #[test]
     fn ids_are_time_ordered_and_round_trip() {

@@ -39,6 +39,12 @@ pub fn otid(id: MessageId, index: usize) -> String {
     uuid::Uuid::from_u128(bits).to_string()
 }
 
+/// The date of what a live event renders: that of the message it belongs
+/// to (its id's time), so that a replay, on any instance, renders the same.
+fn date_of(id: MessageId) -> DateTime<Utc> {
+    id.made_at().unwrap_or_else(Utc::now)
+}
+
 fn base(kind: &str, id: MessageId, date: DateTime<Utc>, run: Option<RunId>) -> Value {
     // What the model wrote names its step (`/v1/runs/{id}/steps`: the
     // model that wrote it, its usage): stored message `id` is one step.
@@ -477,7 +483,7 @@ impl LiveRenderer {
     }
 
     fn now_base(&mut self, kind: &str, id: MessageId) -> Value {
-        let mut value = base(kind, id, Utc::now(), Some(self.run));
+        let mut value = base(kind, id, date_of(id), Some(self.run));
         value["otid"] = json!(otid(id, self.part(kind)));
         value
     }
@@ -600,9 +606,13 @@ impl LiveRenderer {
                 message_id, calls, ..
             } if !self.stream_tokens => {
                 let refs: Vec<&ToolCall> = calls.iter().collect();
-                if let Some(m) =
-                    calls_message("tool_call_message", *message_id, Utc::now(), run, &refs)
-                {
+                if let Some(m) = calls_message(
+                    "tool_call_message",
+                    *message_id,
+                    date_of(*message_id),
+                    run,
+                    &refs,
+                ) {
                     out.push(self.with_otid(m, *message_id));
                 }
             }
@@ -618,7 +628,9 @@ impl LiveRenderer {
                 };
                 for kind in ["tool_call_message", "approval_request_message"] {
                     let calls = of(kind == "approval_request_message");
-                    if let Some(m) = calls_message(kind, *message_id, Utc::now(), run, &calls) {
+                    if let Some(m) =
+                        calls_message(kind, *message_id, date_of(*message_id), run, &calls)
+                    {
                         out.push(self.with_otid(m, *message_id));
                     }
                 }
