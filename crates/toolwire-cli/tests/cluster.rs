@@ -581,7 +581,11 @@ async fn a_run_stream_on_another_instance_follows_the_turn() {
         let (_agent, conversation) = a.new_agent(false).await;
         let mut on_a = a.socket(&conversation, Some(0)).await;
         let mut on_b = b.socket(&conversation, Some(0)).await;
-        let (status, body) = a.send(&conversation, "slow please").await;
+        // A step, a two-second command, then the answer: the first step's
+        // messages reach C's stream long before the turn ends, however
+        // loaded the machine (with one step, its message and the turn's
+        // end come moments apart).
+        let (status, body) = a.send(&conversation, "tool please").await;
         assert_eq!(status, 202, "{body}");
         let run = body["run_id"].as_str().unwrap().to_owned();
         // The run's stream (Letta's, as an EventSource reads it) on A and
@@ -630,13 +634,17 @@ async fn a_run_stream_on_another_instance_follows_the_turn() {
             messages
                 .iter()
                 .any(|m| m["message_type"] == "assistant_message"
-                    && m.to_string().contains("word79")),
+                    && m.to_string().contains("Done here.")),
             "the whole answer came through: {messages:?}"
         );
 
         // Resumed on C after a cursor: exactly the rest.
         let cursor = seq_ids.len() as u64 / 2;
+        // Resumed on C after a cursor, and read whole there: exactly the
+        // rest, and all of it (C saw the turn only from its middle).
         let rest = sse_until_done(&format!("{}?starting_after={cursor}", stream(&c))).await;
+        let whole = sse_until_done(&format!("{}?starting_after=0", stream(&c))).await;
+        assert_eq!(texts(&whole), sse_a);
         assert_eq!(texts(&rest), sse_a[cursor as usize..].to_vec());
         db
     })

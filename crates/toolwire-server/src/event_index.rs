@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use toolwire_core::{ConversationId, RunId};
+use toolwire_core::{AgentEvent, ConversationId, RunId};
 use toolwire_engine::{Engine, EngineError, Observer};
 use toolwire_store::StoredEvent;
 
@@ -17,8 +17,13 @@ const PAGE: u32 = 10_000;
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
     last_seq: u64,
-    /// The latest run and the seq of its first event.
-    run: Option<(RunId, u64)>,
+    /// The last event observed here: all before it were, when it follows
+    /// the one before (another instance's events are observed only while
+    /// this one follows the conversation, from wherever that began).
+    seen: u64,
+    /// The latest run and the seq of its first event (`None`: seen from
+    /// a later one).
+    run: Option<(RunId, Option<u64>)>,
 }
 
 /// See the module documentation.
@@ -36,8 +41,14 @@ impl Observer for EventIndex {
         entry.last_seq = entry.last_seq.max(event.seq);
         let run_id = event.event.run_id();
         if entry.run.is_none_or(|(run, _)| run != run_id) {
-            entry.run = Some((run_id, event.seq));
+            // A run's first event only if nothing before it went unseen
+            // (or it is the start of a turn); else the log tells, when
+            // asked.
+            let first = matches!(event.event, AgentEvent::TurnStarted { .. })
+                || (entry.seen > 0 && event.seq == entry.seen + 1);
+            entry.run = Some((run_id, first.then_some(event.seq)));
         }
+        entry.seen = event.seq;
     }
 
     /// Another instance's events: the log stands further on. (Its runs
@@ -93,7 +104,7 @@ impl EventIndex {
         conversation: ConversationId,
         run_id: RunId,
     ) -> Result<Option<u64>, EngineError> {
-        if let Some((run, first)) = self.get(conversation).and_then(|e| e.run)
+        if let Some((run, Some(first))) = self.get(conversation).and_then(|e| e.run)
             && run == run_id
         {
             return Ok(Some(first));
