@@ -207,29 +207,47 @@ async fn take_commands(engine: Engine) {
         }
     };
     for command in commands {
-        let conversation = command.conversation();
-        let done = match command {
-            Command::Cancel { conversation } => {
+        carry_out(&engine, command, For::Here).await;
+    }
+}
+
+/// Whom a command taken from the database was for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum For {
+    /// This instance: it runs (or ran) the turn.
+    Here,
+    /// An instance that is gone, whose turn was interrupted.
+    Gone,
+}
+
+/// Carries out `command`. One for a gone instance goes where it would
+/// have gone had no turn been running: its cancel has nothing left to
+/// stop, its words start a turn (or reach the one running now), its
+/// notification is routed as a new one.
+async fn carry_out(engine: &Engine, command: Command, addressee: For) {
+    let conversation = command.conversation();
+    let done = match command {
+        Command::Cancel { conversation } => {
+            if addressee == For::Here {
                 engine.cancel(conversation);
+            }
+            Ok(())
+        }
+        Command::Interject { text, .. } => engine.interject(conversation, &text).await.map(drop),
+        Command::Notify { event, .. } => match serde_json::from_value::<WireIncoming>(event) {
+            Ok(event) if addressee == For::Here => engine
+                .notify_here(conversation, event.into())
+                .await
+                .map(drop),
+            Ok(event) => engine.notify(conversation, event.into()).await.map(drop),
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "an unreadable notification from another instance was dropped");
                 Ok(())
             }
-            Command::Interject { text, .. } => {
-                engine.interject(conversation, &text).await.map(drop)
-            }
-            Command::Notify { event, .. } => match serde_json::from_value::<WireIncoming>(event) {
-                Ok(event) => engine
-                    .notify_here(conversation, event.into())
-                    .await
-                    .map(drop),
-                Err(e) => {
-                    tracing::warn!(%conversation, error = %e, "an unreadable notification from another instance was dropped");
-                    Ok(())
-                }
-            },
-        };
-        if let Err(e) = done {
-            tracing::warn!(%conversation, error = %e, "a command from another instance failed");
-        }
+        },
+    };
+    if let Err(e) = done {
+        tracing::warn!(%conversation, error = %e, "a command from another instance failed");
     }
 }
 
@@ -300,34 +318,15 @@ pub(crate) async fn sweep(engine: &Engine) -> Result<usize, EngineError> {
 }
 
 /// Carries out here the commands that waited for `gone`, an instance that
-/// will never take them: the turn they were for is interrupted (by this
-/// sweep or an earlier one), so a cancel has nothing left to do, while
-/// interjections and notifications go where they would have gone had no
-/// turn been running (to the instance running the conversation's turn
-/// now, if any, else here: words start a turn, a notification waits).
+/// will never take them (the turn they were for is interrupted, by this
+/// sweep or an earlier one): see [`carry_out`].
 async fn settle(engine: &Engine, gone: toolwire_core::InstanceId, commands: Vec<Command>) {
     if commands.is_empty() {
         return;
     }
     tracing::info!(instance = %gone, commands = commands.len(), "settling the commands sent to an instance that is gone");
     for command in commands {
-        let conversation = command.conversation();
-        let done = match command {
-            Command::Cancel { .. } => Ok(()),
-            Command::Interject { text, .. } => {
-                engine.interject(conversation, &text).await.map(drop)
-            }
-            Command::Notify { event, .. } => match serde_json::from_value::<WireIncoming>(event) {
-                Ok(event) => engine.notify(conversation, event.into()).await.map(drop),
-                Err(e) => {
-                    tracing::warn!(%conversation, error = %e, "an unreadable notification for a gone instance was dropped");
-                    Ok(())
-                }
-            },
-        };
-        if let Err(e) = done {
-            tracing::warn!(%conversation, error = %e, "a command sent to a gone instance could not be settled");
-        }
+        carry_out(engine, command, For::Gone).await;
     }
 }
 
