@@ -987,6 +987,14 @@ mod tests {
         .resolve()
     }
 
+    /// What `toml` is refused with (all its causes).
+    fn refusal(toml: &str) -> String {
+        match resolve(toml) {
+            Ok(_) => panic!("{toml} was accepted"),
+            Err(error) => format!("{error:#}"),
+        }
+    }
+
     #[test]
     fn model_bounds_come_from_the_config_file() {
         let settings = resolve(
@@ -1067,10 +1075,7 @@ mod tests {
                  given",
             ),
         ] {
-            let Err(error) = resolve(toml) else {
-                panic!("{toml} was accepted");
-            };
-            let message = format!("{error:#}");
+            let message = refusal(toml);
             assert!(
                 message.contains("is not valid") && message.contains(says),
                 "{message}"
@@ -1117,10 +1122,7 @@ mod tests {
                 "body_timeout_secs must be at least 1",
             ),
         ] {
-            let Err(error) = resolve(toml) else {
-                panic!("{toml} was accepted");
-            };
-            let message = format!("{error:#}");
+            let message = refusal(toml);
             assert!(message.contains(says), "{message}");
         }
     }
@@ -1128,10 +1130,7 @@ mod tests {
     #[test]
     fn an_mcp_url_that_is_not_valid_is_not_echoed() {
         let toml = "[mcp_servers.web]\nurl = \"ftp://user:s3cret@example.com/mcp?key=s3cret\"\n";
-        let Err(error) = resolve(toml) else {
-            panic!("{toml} was accepted");
-        };
-        let message = format!("{error:#}");
+        let message = refusal(toml);
         assert!(
             message.contains("MCP server `web` is not configured right")
                 && message.contains("http:// or https://")
@@ -1169,11 +1168,7 @@ mod tests {
             ("[sandbox]\nwrite = [\"rel/dir\"]\n", "not an absolute path"),
             ("[sandbox]\nmode = \"open\"\n", "unknown variant"),
         ] {
-            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
-            let Err(error) = resolve(&toml) else {
-                panic!("{toml} was accepted");
-            };
-            let message = format!("{error:#}");
+            let message = refusal(&format!("db = \"sqlite://t.db\"\n{toml}"));
             assert!(message.contains(says), "{message}");
         }
     }
@@ -1209,11 +1204,7 @@ mod tests {
                 "unknown field `network`",
             ),
         ] {
-            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
-            let Err(error) = resolve(&toml) else {
-                panic!("{toml} was accepted");
-            };
-            let message = format!("{error:#}");
+            let message = refusal(&format!("db = \"sqlite://t.db\"\n{toml}"));
             assert!(message.contains(says), "{message}");
         }
     }
@@ -1258,11 +1249,7 @@ mod tests {
             ("[budgets]\nturn_max_cost = -1.0\n", "turn_max_cost = -1"),
             ("[budgets]\nwarn_at = 0\n", "warn_at"),
         ] {
-            let toml = format!("db = \"sqlite://t.db\"\n{toml}");
-            let Err(error) = resolve(&toml) else {
-                panic!("{toml} was accepted");
-            };
-            let message = format!("{error:#}");
+            let message = refusal(&format!("db = \"sqlite://t.db\"\n{toml}"));
             assert!(message.contains(says), "{message}");
         }
     }
