@@ -404,7 +404,6 @@ async fn two_prompts_at_once(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let second = cx.send_request(prompt_request(&session, "second question"));
-            let order = Arc::new(Mutex::new(Vec::new()));
             let text = |seen: &Arc<Mutex<Vec<SessionUpdate>>>| {
                 seen.lock()
                     .unwrap()
@@ -415,23 +414,19 @@ async fn two_prompts_at_once(
                     })
                     .collect::<String>()
             };
-            let (o1, o2, s1, s2) = (order.clone(), order.clone(), seen.clone(), seen.clone());
+            // Which answer the client reads first is not asserted: answers
+            // sent together may be polled in either order by `join!`. What
+            // each prompt's answer saw by then says when it came.
+            let (s1, s2) = (seen.clone(), seen.clone());
             let (a, b) = tokio::join!(
                 async move {
                     let r = first.block_task().await;
-                    o1.lock().unwrap().push(1);
                     r.map(|r| (r.stop_reason, text(&s1)))
                 },
                 async move {
                     let r = second.block_task().await;
-                    o2.lock().unwrap().push(2);
                     r.map(|r| (r.stop_reason, text(&s2)))
                 }
-            );
-            assert_eq!(
-                *order.lock().unwrap(),
-                [1, 2],
-                "the first prompt is answered first"
             );
             Ok(vec![a?, b?])
         })
@@ -500,6 +495,8 @@ async fn a_prompt_during_a_turn_can_land_in_the_running_turn() {
     assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
     assert_eq!(answers[1].0, StopReason::EndTurn, "{answers:?}");
     assert!(answers[0].1.ends_with("Answered both."), "{answers:?}");
+    // The interjected prompt is answered once the turn that read it ended.
+    assert!(answers[1].1.ends_with("Answered both."), "{answers:?}");
     // One turn of two model calls: the second read the words after the
     // call's result, as a user message.
     let received = mock.received();
