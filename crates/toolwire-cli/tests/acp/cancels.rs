@@ -115,9 +115,7 @@ async fn an_agent_gone_while_asking_leaves_a_session_that_loads_and_takes_prompt
     let (replayed, stop) = editor
         .run_within(30, transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
-                .block_task()
-                .await?;
+            load_session(&cx, &id, cwd).await?;
             let replayed = seen.lock().unwrap().clone();
             Ok((replayed, prompt(&cx, &id, "write it").await?))
         })

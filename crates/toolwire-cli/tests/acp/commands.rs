@@ -5,7 +5,7 @@
 
 use agent_client_protocol::v1::schema::{
     AuthenticateRequest, AvailableCommand, ListSessionsRequest, NewSessionRequest,
-    SessionConfigOption, SetSessionConfigOptionRequest,
+    SessionConfigOption,
 };
 
 use super::models::{answers, asked};
@@ -72,40 +72,15 @@ async fn the_reasoning_effort_reaches_the_request_of_a_model_that_reasons() {
             let session = new.session_id.clone();
             let offered = has_option(&new.config_options.unwrap_or_default(), "reasoning_effort");
             prompt(&cx, &session, "default effort").await?;
-            cx.send_request(SetSessionConfigOptionRequest::new(
-                session.clone(),
-                "reasoning_effort",
-                "high",
-            ))
-            .block_task()
-            .await?;
+            set_option(&cx, &session, "reasoning_effort", "high").await?;
             prompt(&cx, &session, "think hard").await?;
-            let bad_value = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "reasoning_effort",
-                    "extreme",
-                ))
-                .block_task()
+            let bad_value = set_option(&cx, &session, "reasoning_effort", "extreme")
                 .await
                 .unwrap_err();
-            let switched = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "model",
-                    "plain",
-                ))
-                .block_task()
-                .await?;
+            let switched = set_option(&cx, &session, "model", "plain").await?;
             let after_switch = has_option(&switched.config_options, "reasoning_effort");
             prompt(&cx, &session, "plainly").await?;
-            let on_plain = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "reasoning_effort",
-                    "low",
-                ))
-                .block_task()
+            let on_plain = set_option(&cx, &session, "reasoning_effort", "low")
                 .await
                 .unwrap_err();
             Ok((offered, after_switch, bad_value, on_plain))

@@ -161,9 +161,7 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
             round_trip(&cx).await;
             let after_resume = user_text(&watching.updates());
             assert_eq!(prompt(&cx, &s1, "resumed").await?, StopReason::EndTurn);
-            cx.send_request(LoadSessionRequest::new(s2.clone(), elsewhere.clone()))
-                .block_task()
-                .await?;
+            load_session(&cx, &s2, elsewhere.clone()).await?;
             let forked = cx
                 .send_request(ForkSessionRequest::new(s1.clone(), cwd.clone()))
                 .block_task()
@@ -225,9 +223,7 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
     editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            cx.send_request(LoadSessionRequest::new(forked.clone(), cwd))
-                .block_task()
-                .await?;
+            load_session(&cx, &forked, cwd).await?;
             Ok(())
         })
         .await;

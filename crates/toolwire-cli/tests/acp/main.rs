@@ -17,11 +17,13 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest,
     CreateTerminalResponse, Diff, FileSystemCapabilities, HttpHeader, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, McpServer, McpServerHttp, McpServerSse, McpServerStdio,
-    NewSessionRequest, PermissionOptionKind, PlanEntryPriority, PlanEntryStatus, PromptRequest,
-    ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate, StopReason,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpServer, McpServerHttp,
+    McpServerSse, McpServerStdio, NewSessionRequest, PermissionOptionKind, PlanEntryPriority,
+    PlanEntryStatus, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
+    ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
+    SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
     TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, TextContent, ToolCall,
     ToolCallContent, ToolCallStatus, ToolKind, WaitForTerminalExitRequest,
     WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
@@ -560,6 +562,44 @@ async fn open_session(
 ) -> Result<SessionId, AcpError> {
     initialize(cx, caps).await?;
     new_session(cx, cwd).await
+}
+
+/// `session/set_config_option`: option `id` set to `value`.
+async fn set_option(
+    cx: &ConnectionTo<Agent>,
+    session: &SessionId,
+    id: &str,
+    value: &str,
+) -> Result<SetSessionConfigOptionResponse, AcpError> {
+    cx.send_request(SetSessionConfigOptionRequest::new(
+        session.clone(),
+        id.to_owned(),
+        value,
+    ))
+    .block_task()
+    .await
+}
+
+/// `session/set_mode` to `mode`.
+async fn set_mode(
+    cx: &ConnectionTo<Agent>,
+    session: &SessionId,
+    mode: &str,
+) -> Result<SetSessionModeResponse, AcpError> {
+    cx.send_request(SetSessionModeRequest::new(session.clone(), mode.to_owned()))
+        .block_task()
+        .await
+}
+
+/// `session/load` of `session` in `cwd`.
+async fn load_session(
+    cx: &ConnectionTo<Agent>,
+    session: &SessionId,
+    cwd: PathBuf,
+) -> Result<LoadSessionResponse, AcpError> {
+    cx.send_request(LoadSessionRequest::new(session.clone(), cwd))
+        .block_task()
+        .await
 }
 
 /// The `session/prompt` of `text`.

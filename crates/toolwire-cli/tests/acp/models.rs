@@ -5,7 +5,6 @@
 
 use agent_client_protocol::v1::schema::{
     NewSessionRequest, SessionConfigKind, SessionConfigOption, SessionConfigSelectOptions,
-    SetSessionConfigOptionRequest,
 };
 
 use super::*;
@@ -95,35 +94,16 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
             let session = new.session_id.clone();
             let offered = model_option(&new.config_options.unwrap_or_default());
             assert_eq!(prompt(&cx, &session, "who?").await?, StopReason::EndTurn);
-            let switched = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "model",
-                    "beta",
-                ))
-                .block_task()
-                .await?;
+            let switched = set_option(&cx, &session, "model", "beta").await?;
             let switched = model_option(&switched.config_options);
             assert_eq!(
                 prompt(&cx, &session, "and now?").await?,
                 StopReason::EndTurn
             );
-            let unknown_option = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "speed",
-                    "beta",
-                ))
-                .block_task()
+            let unknown_option = set_option(&cx, &session, "speed", "beta")
                 .await
                 .unwrap_err();
-            let unknown_model = cx
-                .send_request(SetSessionConfigOptionRequest::new(
-                    session.clone(),
-                    "model",
-                    "gamma",
-                ))
-                .block_task()
+            let unknown_model = set_option(&cx, &session, "model", "gamma")
                 .await
                 .unwrap_err();
             // Still usable, still beta.
@@ -164,10 +144,7 @@ async fn the_model_picker_switches_models_between_prompts_and_is_kept() {
     let loaded = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            let loaded = cx
-                .send_request(LoadSessionRequest::new(session.clone(), cwd))
-                .block_task()
-                .await?;
+            let loaded = load_session(&cx, &session, cwd).await?;
             assert_eq!(
                 prompt(&cx, &session, "you again?").await?,
                 StopReason::EndTurn

@@ -6,8 +6,7 @@
 //! full-access asks nothing) and each mode's sandbox for commands.
 
 use agent_client_protocol::v1::schema::{
-    NewSessionRequest, SessionConfigKind, SessionConfigOption, SetSessionConfigOptionRequest,
-    SetSessionModeRequest,
+    NewSessionRequest, SessionConfigKind, SessionConfigOption,
 };
 
 use super::*;
@@ -84,39 +83,18 @@ async fn each_mode_decides_what_asks_and_the_mode_is_kept() {
                     option_value(&new.config_options.clone().unwrap_or_default(), "mode"),
                 );
                 let mut asked = Vec::new();
-                cx.send_request(SetSessionModeRequest::new(session.clone(), "read-only"))
-                    .block_task()
-                    .await?;
+                set_mode(&cx, &session, "read-only").await?;
                 prompt(&cx, &session, "write it").await?;
                 asked.push(watching.asked().len());
-                let set = cx
-                    .send_request(SetSessionConfigOptionRequest::new(
-                        session.clone(),
-                        "mode",
-                        "accept-edits",
-                    ))
-                    .block_task()
-                    .await?;
+                let set = set_option(&cx, &session, "mode", "accept-edits").await?;
                 let after_set_option = option_value(&set.config_options, "mode");
                 prompt(&cx, &session, "edit, then build").await?;
                 asked.push(watching.asked().len());
-                cx.send_request(SetSessionModeRequest::new(session.clone(), "full-access"))
-                    .block_task()
-                    .await?;
+                set_mode(&cx, &session, "full-access").await?;
                 prompt(&cx, &session, "anything").await?;
                 asked.push(watching.asked().len());
-                let unknown_mode = cx
-                    .send_request(SetSessionModeRequest::new(session.clone(), "yolo"))
-                    .block_task()
-                    .await
-                    .unwrap_err();
-                let unknown_value = cx
-                    .send_request(SetSessionConfigOptionRequest::new(
-                        session.clone(),
-                        "mode",
-                        "sometimes",
-                    ))
-                    .block_task()
+                let unknown_mode = set_mode(&cx, &session, "yolo").await.unwrap_err();
+                let unknown_value = set_option(&cx, &session, "mode", "sometimes")
                     .await
                     .unwrap_err();
                 Ok((
@@ -176,10 +154,7 @@ async fn each_mode_decides_what_asks_and_the_mode_is_kept() {
     let loaded = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            let loaded = cx
-                .send_request(LoadSessionRequest::new(session.clone(), cwd))
-                .block_task()
-                .await?;
+            let loaded = load_session(&cx, &session, cwd).await?;
             assert_eq!(
                 prompt(&cx, &session, "still usable").await?,
                 StopReason::EndTurn
@@ -238,19 +213,13 @@ async fn each_mode_runs_commands_under_its_sandbox() {
     let (in_read_only, outside_in_ask) = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd.clone()).await?;
-            cx.send_request(SetSessionModeRequest::new(session.clone(), "read-only"))
-                .block_task()
-                .await?;
+            set_mode(&cx, &session, "read-only").await?;
             prompt(&cx, &session, "write inside").await?;
             let in_read_only = cwd.join("inside.txt").exists();
-            cx.send_request(SetSessionModeRequest::new(session.clone(), "ask"))
-                .block_task()
-                .await?;
+            set_mode(&cx, &session, "ask").await?;
             prompt(&cx, &session, "write outside").await?;
             let outside_in_ask = out.join("outside.txt").exists();
-            cx.send_request(SetSessionModeRequest::new(session.clone(), "full-access"))
-                .block_task()
-                .await?;
+            set_mode(&cx, &session, "full-access").await?;
             prompt(&cx, &session, "write outside again").await?;
             Ok((in_read_only, outside_in_ask))
         })

@@ -164,9 +164,7 @@ async fn a_loaded_session_keeps_its_always_answers() {
                     initialize(&cx, ClientCapabilities::new()).await?;
                     let id = match load {
                         Some(id) => {
-                            cx.send_request(LoadSessionRequest::new(id.clone(), cwd))
-                                .block_task()
-                                .await?;
+                            load_session(&cx, &id, cwd).await?;
                             id
                         }
                         None => new_session(&cx, cwd).await?,

@@ -5,9 +5,7 @@
 //! `session_info_update`), and prompts sent while a turn runs (queued, or
 //! interjected into the running turn).
 
-use agent_client_protocol::v1::schema::{
-    ImageContent, ListSessionsRequest, PromptResponse, SetSessionConfigOptionRequest,
-};
+use agent_client_protocol::v1::schema::{ImageContent, ListSessionsRequest, PromptResponse};
 use base64::Engine as _;
 
 use super::*;
@@ -105,13 +103,7 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
                 errors.push(cx.send_request(request).block_task().await.unwrap_err());
             }
             // A model that cannot see.
-            cx.send_request(SetSessionConfigOptionRequest::new(
-                session.clone(),
-                "model",
-                "blind",
-            ))
-            .block_task()
-            .await?;
+            set_option(&cx, &session, "model", "blind").await?;
             errors.push(
                 cx.send_request(image_prompt(&session, "And this?", data))
                     .block_task()
@@ -170,9 +162,7 @@ async fn an_image_reaches_the_model_is_stored_and_replayed_or_is_refused_clearly
     editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            cx.send_request(LoadSessionRequest::new(session, cwd))
-                .block_task()
-                .await?;
+            load_session(&cx, &session, cwd).await?;
             Ok(())
         })
         .await;
@@ -218,13 +208,7 @@ async fn images_are_offered_as_the_default_model_sees_and_follow_the_sessions_mo
                 .await
                 .unwrap_err();
             // Switched to a model that can, the session takes the image.
-            cx.send_request(SetSessionConfigOptionRequest::new(
-                session.clone(),
-                "model",
-                "eye",
-            ))
-            .block_task()
-            .await?;
+            set_option(&cx, &session, "model", "eye").await?;
             let stop = cx
                 .send_request(image_prompt(&session, "And now?", data))
                 .block_task()

@@ -80,7 +80,7 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
 
     // An editor restarted: a new agent process loads the session from the
     // database and replays it before answering.
-    let replayed = load_session(&dirs, "script.yaml", LIST_THEN_ANSWER, session_id).await;
+    let replayed = replayed_by_another(&dirs, "script.yaml", LIST_THEN_ANSWER, session_id).await;
     assert!(
         matches!(&replayed[0], SessionUpdate::UserMessageChunk(c) if text_of(&c.content) == "what is here?"),
         "{replayed:#?}"
@@ -98,7 +98,7 @@ async fn a_prompt_streams_text_and_the_tool_call_life_then_ends_the_turn() {
 
 /// A new agent process (`script` as `name` in `dirs`' home, its database)
 /// loads `session`; what it replayed.
-async fn load_session(
+async fn replayed_by_another(
     dirs: &Dirs,
     name: &str,
     script: &str,
@@ -110,9 +110,7 @@ async fn load_session(
     editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            cx.send_request(LoadSessionRequest::new(session, cwd))
-                .block_task()
-                .await?;
+            load_session(&cx, &session, cwd).await?;
             Ok(())
         })
         .await;
@@ -205,7 +203,7 @@ async fn an_update_plan_call_shows_as_the_plan_and_is_replayed() {
         "the plan before the answer: {updates:#?}"
     );
 
-    let replayed = load_session(&dirs, "script.json", &steps, session).await;
+    let replayed = replayed_by_another(&dirs, "script.json", &steps, session).await;
     assert_eq!(
         plans(&replayed),
         std::slice::from_ref(&expected),

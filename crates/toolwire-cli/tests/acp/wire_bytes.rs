@@ -137,9 +137,7 @@ async fn a_one_line_edit_sends_its_hunk_once_and_replays_as_it_was_shown() {
     editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             initialize(&cx, ClientCapabilities::new()).await?;
-            cx.send_request(LoadSessionRequest::new(session, cwd))
-                .block_task()
-                .await?;
+            load_session(&cx, &session, cwd).await?;
             Ok(())
         })
         .await;
