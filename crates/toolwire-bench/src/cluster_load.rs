@@ -42,10 +42,11 @@ use serde_json::json;
 use tokio::sync::{Barrier, Semaphore, mpsc};
 
 use crate::load_client::{Counts, Job, Router, Told, Verdict, client};
-use crate::scratch_db::ScratchDatabase;
+use crate::scratch_db;
 use crate::serve_load::{Server, call_json, toolwire_binary};
 use crate::ws_fanout::{self, Received};
 use crate::{ms, percentile, summary};
+use toolwire_test_support::ScratchDatabase;
 
 /// What `cluster-load` is asked to do.
 pub struct Options {
@@ -178,9 +179,9 @@ fn report(r: &Run) {
 /// One run of the load on `instances` instances (the first killed and
 /// restarted midway when there are several).
 async fn run(o: &Options, toolwire: &std::path::Path, instances: usize) -> Result<Run> {
-    let db = ScratchDatabase::create(&o.db).await?;
+    let db = scratch_db::create(&o.db).await?;
     let outcome = run_on(o, toolwire, instances, &db).await;
-    db.drop_it().await;
+    scratch_db::drop_it(db).await;
     outcome
 }
 
@@ -204,7 +205,7 @@ async fn run_on(
     // One after another: the first migrates the database.
     for d in &dirs {
         std::fs::create_dir_all(d)?;
-        let mut server = Server::start_on(toolwire, d, &script, &db.url, &flags).await?;
+        let mut server = Server::start_on(toolwire, d, &script, db.url(), &flags).await?;
         server.wait_ready(&http).await?;
         servers.push(server);
     }
@@ -283,7 +284,7 @@ async fn run_on(
             started.elapsed().as_secs_f64(),
             counts.accepted.load(Ordering::Relaxed)
         );
-        let mut again = Server::start_on(toolwire, &dirs[0], &script, &db.url, &flags).await?;
+        let mut again = Server::start_on(toolwire, &dirs[0], &script, db.url(), &flags).await?;
         again.wait_ready(&http).await?;
         down = Some(killed.elapsed());
         router.set(0, Some(again.base.clone()));
@@ -319,9 +320,8 @@ async fn run_on(
     };
 
     // Every run ends (the killed instance's through a survivor's sweep).
-    let unfinished = db
-        .unfinished_runs(Duration::from_secs(o.failover_secs * 2 + 5))
-        .await?;
+    let unfinished =
+        scratch_db::unfinished_runs(db, Duration::from_secs(o.failover_secs * 2 + 5)).await?;
     // What is stored, read through an instance that never died.
     let reader = servers.last().context("no instance")?;
     let verdict = Verdict::of(&http, &reader.base, &agents, &told).await?;

@@ -33,85 +33,13 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use toolwire_test_support::{Call, MockServer, Reply, openai_sse};
-
-const URL_VAR: &str = "TOOLWIRE_TEST_POSTGRES_URL";
+use toolwire_test_support::scratch_pg;
+use toolwire_test_support::{Call, MockServer, Reply, ScratchDatabase, openai_sse};
 
 /// `--failover-secs` of every instance: a gone instance's turn is
 /// interrupted within a third of it after its lease lapses (the sweep's
 /// period), or after it at most (a silent heartbeat).
 const FAILOVER_SECS: u64 = 3;
-
-// ---------------------------------------------------------------- database
-
-/// A fresh database, dropped when the test ends.
-struct Database {
-    admin: tokio_postgres::Client,
-    name: String,
-    url: String,
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(connection);
-    client
-}
-
-/// `url` with its database name replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let host_end = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| authority + i);
-    format!("{}/{database}{query}", &base[..host_end])
-}
-
-impl Database {
-    async fn new() -> Option<Database> {
-        let admin_url = match std::env::var(URL_VAR) {
-            Ok(url) if !url.is_empty() => url,
-            _ if std::env::var_os("CI").is_some() => {
-                panic!("{URL_VAR} is not set, but CI is: the PostgreSQL tests must run in CI")
-            }
-            _ => {
-                eprintln!("note: {URL_VAR} is not set; skipping a PostgreSQL test");
-                return None;
-            }
-        };
-        let name = format!(
-            "tw_cluster_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        );
-        let admin = connect(&admin_url).await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        let url = with_database(&admin_url, &name);
-        Some(Database { admin, name, url })
-    }
-
-    async fn client(&self) -> tokio_postgres::Client {
-        connect(&self.url).await
-    }
-
-    async fn drop_it(self) {
-        let _ = self
-            .admin
-            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
-            .await;
-    }
-}
 
 // ------------------------------------------------------------------ servers
 
@@ -302,6 +230,12 @@ async fn send_frame(socket: &mut Socket, frame: Value) {
 /// The `data:` payloads of an SSE response at `url` (GET), each with when
 /// it arrived, up to and including `[DONE]` (30 s at most).
 async fn sse_until_done(url: &str) -> Vec<(String, Instant)> {
+    sse_until_done_with(url, || ()).await
+}
+
+/// [`sse_until_done`], calling `on_first` when the first payload came.
+async fn sse_until_done_with(url: &str, on_first: impl FnOnce()) -> Vec<(String, Instant)> {
+    let mut on_first = Some(on_first);
     let response = reqwest::Client::new().get(url).send().await.unwrap();
     assert_eq!(response.status(), 200, "{url}");
     let mut body = response.bytes_stream();
@@ -322,6 +256,9 @@ async fn sse_until_done(url: &str) -> Vec<(String, Instant)> {
                 let payload = payload.trim_start().to_owned();
                 let done = payload == "[DONE]";
                 data.push((payload, Instant::now()));
+                if let Some(first) = on_first.take() {
+                    first();
+                }
                 if done {
                     return data;
                 }
@@ -361,9 +298,11 @@ fn word_by_word(words: usize) -> String {
 
 /// A model whose answer depends on the last message: `slow…` streams a
 /// long text slowly; `endless…` never stops; `tool…` runs `sleep 2`
-/// first; anything else is a short answer after ~150 ms.
-async fn model() -> MockServer {
-    MockServer::start(vec![Reply::Respond(Arc::new(|request| {
+/// first; `gated…` runs a command that waits (20 s at most) for the file
+/// `gate` in `dir`; anything else is a short answer after ~150 ms.
+async fn model(dir: &Path) -> MockServer {
+    let gate = dir.join("gate").display().to_string();
+    MockServer::start(vec![Reply::Respond(Arc::new(move |request| {
         let last = last_text(request);
         let is_user = request.body["messages"]
             .as_array()
@@ -380,6 +319,19 @@ async fn model() -> MockServer {
             let start = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n".to_owned();
             let repeat = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"more \"}}]}\n\n".to_owned();
             return Reply::Endless { start, repeat };
+        }
+        if last.contains("gated") && is_user {
+            let wait = format!(
+                "for i in $(seq 200); do [ -e '{gate}' ] && break; sleep 0.1; done; echo opened"
+            );
+            return Reply::sse(openai_sse(
+                "Waiting for the gate.",
+                &[Call {
+                    id: "call_gate",
+                    name: "run_command",
+                    arguments: json!({ "command": wait }),
+                }],
+            ));
         }
         if last.contains("tool") && is_user {
             return Reply::sse(openai_sse(
@@ -420,20 +372,25 @@ async fn no_unfinished_runs(db: &tokio_postgres::Client) {
 /// Runs `test` with a fresh database, a model and three servers on them.
 async fn with_cluster<F, Fut>(test: F)
 where
-    F: FnOnce(Database, MockServer, [Serve; 3], std::path::PathBuf) -> Fut,
-    Fut: std::future::Future<Output = Database>,
+    F: FnOnce(ScratchDatabase, MockServer, [Serve; 3], std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ScratchDatabase>,
 {
-    let Some(db) = Database::new().await else {
+    let Some(admin_url) = scratch_pg::admin_url() else {
         return;
     };
+    let db = ScratchDatabase::create(&admin_url, "tw_cluster")
+        .await
+        .expect("a scratch database");
     let dir = tempfile::tempdir().unwrap();
-    let mock = model().await;
+    let mock = model(dir.path()).await;
     // One after another: the first migrates the database.
-    let a = serve(dir.path(), &db.url, &mock.url).await;
-    let b = serve(dir.path(), &db.url, &mock.url).await;
-    let c = serve(dir.path(), &db.url, &mock.url).await;
+    let a = serve(dir.path(), db.url(), &mock.url).await;
+    let b = serve(dir.path(), db.url(), &mock.url).await;
+    let c = serve(dir.path(), db.url(), &mock.url).await;
     let db = test(db, mock, [a, b, c], dir.path().to_owned()).await;
-    db.drop_it().await;
+    if let Err(e) = db.drop_it().await {
+        eprintln!("the scratch database was not dropped: {e}");
+    }
     drop(dir);
 }
 
@@ -443,7 +400,7 @@ where
 async fn simultaneous_starts_through_two_instances_never_run_two_turns() {
     with_cluster(|db, _mock, [a, b, _c], _dir| async move {
         let conversation = a.new_conversation().await;
-        let client = db.client().await;
+        let client = db.client().await.unwrap();
         let mut accepted = Vec::new();
         let mut refused = 0;
         for round in 0..100 {
@@ -577,15 +534,16 @@ async fn followers_on_every_instance_see_the_same_frames() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_stream_on_another_instance_follows_the_turn() {
-    with_cluster(|db, _mock, [a, b, c], _dir| async move {
+    with_cluster(|db, _mock, [a, b, c], dir| async move {
         let (_agent, conversation) = a.new_agent(false).await;
         let mut on_a = a.socket(&conversation, Some(0)).await;
         let mut on_b = b.socket(&conversation, Some(0)).await;
-        // A step, a two-second command, then the answer: the first step's
-        // messages reach C's stream long before the turn ends, however
-        // loaded the machine (with one step, its message and the turn's
-        // end come moments apart).
-        let (status, body) = a.send(&conversation, "tool please").await;
+        // A step, a command that waits until C's stream has carried its
+        // first message, then the answer: the turn cannot end before C's
+        // stream is live, however loaded the machine, unless it is not
+        // live at all (then the command gives up after 20 s and the
+        // check below fails).
+        let (status, body) = a.send(&conversation, "gated please").await;
         assert_eq!(status, 202, "{body}");
         let run = body["run_id"].as_str().unwrap().to_owned();
         // The run's stream (Letta's, as an EventSource reads it) on A and
@@ -594,7 +552,7 @@ async fn a_run_stream_on_another_instance_follows_the_turn() {
         let (url_a, url_c) = (stream(&a), stream(&c));
         let (sse_a, sse_c, ws_a, ws_b) = tokio::join!(
             sse_until_done(&url_a),
-            sse_until_done(&url_c),
+            sse_until_done_with(&url_c, || std::fs::write(dir.join("gate"), "").unwrap()),
             timed_until_stop(&mut on_a),
             until_stop(&mut on_b),
         );
@@ -756,7 +714,7 @@ async fn commands_for_an_instance_that_died_are_settled_by_a_survivor() {
         // sent a cancel, words and a notification, and dies.
         let pid = nix::unistd::Pid::from_raw(i32::try_from(a.child.id().unwrap()).unwrap());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        let client = db.client().await;
+        let client = db.client().await.unwrap();
         let waiting = || async {
             let n: i64 = client
                 .query_one("SELECT count(*) FROM cluster_commands", &[])
@@ -881,9 +839,9 @@ async fn a_killed_instance_is_taken_over_and_nothing_repeats() {
 
         // A again: nothing repeated.
         let requests_before = mock.received().len();
-        let a2 = serve(&dir, &db.url, &mock.url).await;
+        let a2 = serve(&dir, db.url(), &mock.url).await;
         tokio::time::sleep(Duration::from_secs(FAILOVER_SECS)).await;
-        let client = db.client().await;
+        let client = db.client().await.unwrap();
         let stops: i64 = client
             .query_one(
                 "SELECT count(*) FROM events WHERE conversation_id = $1::text::uuid \

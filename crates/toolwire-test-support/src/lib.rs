@@ -10,7 +10,8 @@
 //! that refuse a request over it as the real APIs do ([`window`]), engines over a temporary SQLite
 //! file with the scripted or any provider ([`engine`]), echo tools
 //! ([`tools`]), process checks ([`processes`]), sandboxes through a crate's
-//! helper binary ([`sandbox`]) and MCP servers on loopback ([`mcp_http`]).
+//! helper binary ([`sandbox`]), MCP servers on loopback ([`mcp_http`]) and
+//! scratch PostgreSQL databases ([`scratch_pg`], also the load benches').
 //!
 //! **Invariants.** Dev-only (`publish = false`, only ever a
 //! dev-dependency). The only stand-in is the model: everything else a test
@@ -18,7 +19,8 @@
 //! 127.0.0.1.
 //!
 //! Helpers fail the test that called them (they panic with what went
-//! wrong): a test helper has no caller to hand an error to.
+//! wrong): a test helper has no caller to hand an error to. The one
+//! exception is [`scratch_pg`], whose errors a bench reports as its own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anthropic_cache;
@@ -28,6 +30,7 @@ pub mod mcp_http;
 pub mod mock_model;
 pub mod processes;
 pub mod sandbox;
+pub mod scratch_pg;
 pub mod sse;
 pub mod tools;
 pub mod window;
@@ -41,6 +44,7 @@ pub use engine::{
 };
 pub use mock_model::{MockServer, Received, Reply, Request, read_request};
 pub use processes::{gone, marker, none_with, running_with, some_with};
+pub use scratch_pg::ScratchDatabase;
 pub use sse::{
     Call, anthropic_sse, anthropic_sse_with_usage, openai_sse, openai_sse_with_usage, responses_sse,
 };
