@@ -1,7 +1,8 @@
 //! `GET /v1/agents/{id}/context`: Letta's `ContextWindowOverview` of an
 //! agent — what its next model step is sent (the system prompt with its
-//! compiled memory, the tool definitions, the active branch's messages)
-//! and about how many tokens each part takes. Tokens are estimated (four
+//! compiled memory, the tool definitions, the summary of what a
+//! compaction covered and the active branch's messages after it) and
+//! about how many tokens each part takes. Tokens are estimated (four
 //! characters a token, as providers' own rules of thumb): toolwire has
 //! no tokenizer of every model, and the figure is for people.
 
@@ -53,7 +54,23 @@ pub async fn retrieve(
         })
         .collect();
     let functions_tokens = estimate_tokens(&Value::Array(functions.clone()).to_string());
-    let rest = path.get(1..).unwrap_or_default();
+    // As a step sends the path: the latest compaction's summary in place
+    // of what it covered. The summary stands apart, as in Letta's
+    // overview; `messages` are those sent after it.
+    let view = toolwire_engine::context::view::compacted(&path);
+    let summary = view
+        .compaction
+        .as_ref()
+        .and_then(|node| node.compaction())
+        .map(|(summary, _)| summary.to_owned());
+    let after = if summary.is_some() { 2 } else { 1 };
+    let rest = view.messages.get(after..).unwrap_or_default();
+    // Every message stored on the branch, compacted or not.
+    let recall = path
+        .iter()
+        .skip(1)
+        .filter(|m| m.compaction().is_none())
+        .count();
     let messages: Vec<Value> = rest
         .iter()
         .map(|m| {
@@ -86,14 +103,16 @@ pub async fn retrieve(
         .sum();
     let system_tokens = estimate_tokens(&stored);
     let core_tokens = estimate_tokens(&core);
+    let summary_tokens = summary.as_deref().map_or(0, estimate_tokens);
     let entry = models::of_agent(state.engine.models(), agent.model.as_deref());
     let window = llm_config(&entry.info)["context_window"].clone();
     Ok(Json(json!({
         "context_window_size_max": window,
-        "context_window_size_current": system_tokens + core_tokens + functions_tokens + messages_tokens,
-        "num_messages": path.len(),
+        "context_window_size_current":
+            system_tokens + core_tokens + functions_tokens + summary_tokens + messages_tokens,
+        "num_messages": view.messages.len(),
         "num_archival_memory": 0,
-        "num_recall_memory": rest.len(),
+        "num_recall_memory": recall,
         "num_tokens_external_memory_summary": 0,
         "external_memory_summary": "",
         "num_tokens_system": system_tokens,
@@ -106,8 +125,8 @@ pub async fn retrieve(
         "tool_usage_rules": null,
         "num_tokens_directories": 0,
         "directories": null,
-        "num_tokens_summary_memory": 0,
-        "summary_memory": null,
+        "num_tokens_summary_memory": summary_tokens,
+        "summary_memory": summary,
         "num_tokens_functions_definitions": functions_tokens,
         "functions_definitions": functions,
         "num_tokens_messages": messages_tokens,

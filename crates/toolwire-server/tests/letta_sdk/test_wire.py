@@ -80,15 +80,31 @@ def test_compact_all_leaves_the_system_prompt_and_the_summary(serve):
     with pytest.raises(UnprocessableEntityError):
         client.agents.messages.compact(agent.id, compaction_settings={"mode": "everything"})
 
+    before = client.get(f"/v1/agents/{agent.id}/context", cast_to=dict)
+    assert (before["num_messages"], before["num_recall_memory"]) == (5, 4)
+    assert before["summary_memory"] is None and len(before["messages"]) == 4
+
     done = client.agents.messages.compact(agent.id, compaction_settings={"mode": "all"})
     assert (done.num_messages_before, done.num_messages_after) == (5, 2)
     assert done.summary == "Hello from the script."
+    # The context window is what the next step is sent: the system prompt
+    # and the summary, which stands apart; every message is still recalled.
+    after = client.get(f"/v1/agents/{agent.id}/context", cast_to=dict)
+    assert (after["num_messages"], after["num_recall_memory"]) == (2, 4)
+    assert after["summary_memory"] == "Hello from the script."
+    assert after["num_tokens_summary_memory"] > 0
+    assert after["messages"] == [] and after["num_tokens_messages"] == 0
+    assert after["context_window_size_current"] < before["context_window_size_current"] + \
+        after["num_tokens_summary_memory"]
     # Nothing is lost: the history still lists every message, and the
     # agent answers on from the summary.
     history = collect(client.agents.messages.list(agent.id, order="asc"))
     assert types(history).count("user_message") == 2
     reply = client.agents.messages.create(agent.id, input="Third.")
     assert reply.stop_reason.stop_reason == "end_turn"
+    later = client.get(f"/v1/agents/{agent.id}/context", cast_to=dict)
+    assert (later["num_messages"], later["num_recall_memory"]) == (4, 6)
+    assert [m["role"] for m in later["messages"]] == ["user", "assistant"]
     again = client.agents.messages.compact(agent.id, compaction_settings={"mode": "all"})
     assert (again.num_messages_before, again.num_messages_after) == (4, 2)
 
