@@ -118,13 +118,15 @@ impl Catalog {
         for doc in state.store().documents(KIND).await? {
             stored.push(ToolRecord::from_body(doc.body)?);
         }
-        let engine = state.tools_memo.get(state.engine.tools().current(), |tools| {
-            tools
-                .iter()
-                .map(|tool| ToolRecord::engine_tool(tool.spec()))
-                .chain(MemoryOp::ALL.into_iter().map(ToolRecord::memory_tool))
-                .collect::<Vec<_>>()
-        });
+        let engine = state
+            .tools_memo
+            .get(state.engine.tools().current(), |tools| {
+                tools
+                    .iter()
+                    .map(|tool| ToolRecord::engine_tool(tool.spec()))
+                    .chain(MemoryOp::ALL.into_iter().map(ToolRecord::memory_tool))
+                    .collect::<Vec<_>>()
+            });
         Ok(Catalog { engine, stored })
     }
 

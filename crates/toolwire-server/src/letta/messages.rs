@@ -18,8 +18,8 @@ use toolwire_core::{ContentBlock, ConversationId, Decision, ToolCallId};
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 use toolwire_tools::ToolSpec;
 
-use crate::agents::options::{agent_options, refresh_options};
 use crate::agents::memory::AgentMemory;
+use crate::agents::options::{agent_options, refresh_options};
 use crate::agents::{self, AgentRecord, approvals};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Query};

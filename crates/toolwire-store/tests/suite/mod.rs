@@ -1273,10 +1273,22 @@ pub async fn a_turn_begins_in_one_transaction(db: Db) {
     assert_eq!(seqs, [1, 2]);
     let reopened = db.reopen().await;
     let r = reopened.run(run).await.unwrap();
-    assert_eq!((r.conversation_id, r.owner, r.stop_reason), (c.id, Some(owner.id), None));
-    assert_eq!(reopened.conversation(c.id).await.unwrap().active_leaf, first.id);
-    assert_eq!(reopened.path_to(first.id).await.unwrap().last(), Some(&first));
-    let doc = reopened.document("front_run", &run.to_string()).await.unwrap();
+    assert_eq!(
+        (r.conversation_id, r.owner, r.stop_reason),
+        (c.id, Some(owner.id), None)
+    );
+    assert_eq!(
+        reopened.conversation(c.id).await.unwrap().active_leaf,
+        first.id
+    );
+    assert_eq!(
+        reopened.path_to(first.id).await.unwrap().last(),
+        Some(&first)
+    );
+    let doc = reopened
+        .document("front_run", &run.to_string())
+        .await
+        .unwrap();
     assert_eq!(doc.map(|d| d.body), Some(record.clone()));
     assert_eq!(reopened.events_since(c.id, 0, 10).await.unwrap().len(), 2);
 
