@@ -313,6 +313,18 @@ impl StoreRead for Counting {
     async fn blob(&self, sha256: &str) -> R<Option<toolwire_store::Blob>> {
         self.time("blob", self.inner.blob(sha256)).await
     }
+    async fn conversation_and_document(
+        &self,
+        c: ConversationId,
+        kind: &str,
+        id: &str,
+    ) -> R<(Conversation, Option<toolwire_store::Document>)> {
+        self.time(
+            "conversation_and_document",
+            self.inner.conversation_and_document(c, kind, id),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -367,6 +379,21 @@ impl Store for Counting {
     async fn finish_run(&self, id: RunId, reason: StopReason, error: Option<&str>) -> R<()> {
         self.time("finish_run", self.inner.finish_run(id, reason, error))
             .await
+    }
+    async fn start_run_with_message(
+        &self,
+        id: RunId,
+        owner: InstanceId,
+        m: &Message,
+        events: &[AgentEvent],
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> R<Vec<u64>> {
+        self.time(
+            "start_run_with_message",
+            self.inner
+                .start_run_with_message(id, owner, m, events, documents),
+        )
+        .await
     }
     async fn interrupt_run(&self, id: RunId) -> R<bool> {
         self.time("interrupt_run", self.inner.interrupt_run(id))

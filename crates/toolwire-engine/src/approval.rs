@@ -3,9 +3,9 @@
 //! answers (one document per paused message), for the history.
 
 use toolwire_core::{ConversationId, Decision, PendingApproval, ResolvedApproval, ToolCallId};
-use toolwire_store::{Store, StoreError};
+use toolwire_store::{Document, Store, StoreError};
 
-const KIND: &str = "pending_approval";
+pub(crate) const KIND: &str = "pending_approval";
 
 pub(crate) async fn save(store: &dyn Store, pending: &PendingApproval) -> Result<(), StoreError> {
     let body = serde_json::to_value(pending)
@@ -19,7 +19,17 @@ pub(crate) async fn load(
     store: &dyn Store,
     conversation: ConversationId,
 ) -> Result<Option<PendingApproval>, StoreError> {
-    let Some(doc) = store.document(KIND, &conversation.to_string()).await? else {
+    let doc = store.document(KIND, &conversation.to_string()).await?;
+    read(conversation, doc)
+}
+
+/// The paused turn `doc` holds (the document of kind [`KIND`] named by
+/// `conversation`), if there is one.
+pub(crate) fn read(
+    conversation: ConversationId,
+    doc: Option<Document>,
+) -> Result<Option<PendingApproval>, StoreError> {
+    let Some(doc) = doc else {
         return Ok(None);
     };
     serde_json::from_value(doc.body).map(Some).map_err(|e| {

@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::broadcast;
-use toolwire_core::{AgentEvent, ConversationId, Message, RunId, StopReason};
+use toolwire_core::{AgentEvent, ConversationId, InstanceId, Message, RunId, StopReason};
 use toolwire_store::cluster::Cluster;
 use toolwire_store::{Store, StoreError, StoredEvent};
 
@@ -99,6 +99,25 @@ impl EventBus {
         events: Vec<AgentEvent>,
     ) -> Result<(), StoreError> {
         let seqs = self.store.append_with_events(message, &events).await?;
+        self.publish(message.conversation_id, seqs, events);
+        Ok(())
+    }
+
+    /// Begins run `run_id` (run by `owner`) with `message` and the
+    /// `events` announcing it, and stores the front door's `documents` of
+    /// the run, in one transaction; then publishes the events.
+    pub(crate) async fn start_run_with_message(
+        &self,
+        run_id: RunId,
+        owner: InstanceId,
+        message: &Message,
+        events: Vec<AgentEvent>,
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> Result<(), StoreError> {
+        let seqs = self
+            .store
+            .start_run_with_message(run_id, owner, message, &events, documents)
+            .await?;
         self.publish(message.conversation_id, seqs, events);
         Ok(())
     }

@@ -698,11 +698,11 @@ impl Engine {
         // The leaf is read under the lock the turn starts under, so that
         // no change of it (`edit`) comes between.
         let editing = self.inner.edits.hold(conversation).await;
-        let parent = match parent {
-            Some(p) => p,
-            None => self.active_leaf(conversation).await?,
+        let (parent, pending) = match parent {
+            Some(p) => (p, self.pending_approval(conversation).await?),
+            None => self.leaf_and_pending(conversation).await?,
         };
-        if let Some(pending) = self.pending_approval(conversation).await?
+        if let Some(pending) = pending
             && pending.message_id == parent
         {
             return Err(EngineError::ApprovalPending {
@@ -770,10 +770,10 @@ impl Engine {
         all: bool,
     ) -> Result<TurnHandle, EngineError> {
         let editing = self.inner.edits.hold(conversation).await;
-        let leaf = self.active_leaf(conversation).await?;
+        let (leaf, pending) = self.leaf_and_pending(conversation).await?;
         // Its calls wait for answers: a node after them would come
         // between the calls and their results.
-        if let Some(pending) = self.pending_approval(conversation).await?
+        if let Some(pending) = pending
             && pending.message_id == leaf
         {
             return Err(EngineError::ApprovalPending {
@@ -822,6 +822,20 @@ impl Engine {
             .conversation(conversation)
             .await?
             .active_leaf)
+    }
+
+    /// The conversation's active leaf and its paused turn (if one waits
+    /// for answers), in one read.
+    async fn leaf_and_pending(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<(MessageId, Option<PendingApproval>), EngineError> {
+        let (read, doc) = self
+            .inner
+            .store
+            .conversation_and_document(conversation, approval::KIND, &conversation.to_string())
+            .await?;
+        Ok((read.active_leaf, approval::read(conversation, doc)?))
     }
 
     /// The conversation's paused turn, if one waits for answers.
@@ -1213,7 +1227,11 @@ impl Engine {
     ) -> Result<TurnHandle, EngineError> {
         self.inner.notifications.attach(conversation);
         let engine = self.clone();
-        let fallback = options.clone();
+        // What the next turns get, should the engine start them itself.
+        let fallback = TurnOptions {
+            run_records: None,
+            ..options.clone()
+        };
         let guard = self.inner.stopping.enter();
         let (begun, started) = tokio::sync::oneshot::channel();
         let join = tokio::spawn(async move {

@@ -64,4 +64,4 @@ pub use error::EngineError;
 pub use follow::Follower;
 pub use keyed_locks::{Held, KeyedLocks};
 pub use shutdown::ShutdownReport;
-pub use turn::{SystemPrompt, TurnOptions, TurnOutcome};
+pub use turn::{RunRecords, SystemPrompt, TurnOptions, TurnOutcome};

@@ -34,6 +34,11 @@ struct Entries {
 
 impl Remembered {
     pub(crate) fn set(&self, conversation: ConversationId, options: TurnOptions) {
+        // A front door's records of one run are that run's alone.
+        let options = TurnOptions {
+            run_records: None,
+            ..options
+        };
         self.set_bounded(conversation, options, CAPACITY);
     }
 

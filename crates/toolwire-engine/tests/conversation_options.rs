@@ -276,3 +276,42 @@ steps:
     });
     assert!(delivered, "{path:#?}");
 }
+
+/// A front door's records of a run are stored with the run's beginning
+/// (before `send_with` returns), under the run's id, and are that run's
+/// alone: the options kept for the engine's own turns do not carry them.
+#[tokio::test]
+async fn run_records_are_stored_with_their_run_only() {
+    let (engine, conv, _dir) = setup().await;
+    let records = toolwire_engine::RunRecords::new(|run| {
+        vec![(
+            "door_run".to_owned(),
+            run.to_string(),
+            serde_json::json!({"run": run.to_string()}),
+        )]
+    });
+    let handle = engine
+        .send_with(
+            conv,
+            "hi",
+            None,
+            TurnOptions {
+                run_records: Some(records),
+                ..TurnOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let run = handle.run_id;
+    let doc = engine
+        .store()
+        .document("door_run", &run.to_string())
+        .await
+        .unwrap()
+        .expect("stored with the run's beginning");
+    assert_eq!(doc.body, serde_json::json!({"run": run.to_string()}));
+    assert_eq!(engine.store().run(run).await.unwrap().conversation_id, conv);
+    assert_eq!(handle.wait().await.reason, StopReason::EndTurn);
+    assert!(engine.conversation_options(conv).run_records.is_none());
+    assert_eq!(engine.store().documents("door_run").await.unwrap().len(), 1);
+}

@@ -41,6 +41,7 @@ mod mcp_connections;
 mod openapi;
 pub mod origin;
 mod state;
+mod tools_memo;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -9,6 +9,7 @@ use toolwire_tools::python::{PythonLimits, PythonSandbox};
 
 use crate::decisions::Decisions;
 use crate::event_index::EventIndex;
+use crate::tools_memo::ToolsMemo;
 
 /// How the server behaves.
 #[derive(Debug, Clone)]
@@ -95,6 +96,8 @@ pub struct AppState {
     locks: Arc<KeyedLocks<String>>,
     /// What the live view keeps between requests and sockets.
     pub(crate) live: Arc<LiveShared>,
+    /// The records of the engine's tools, made once per set of tools.
+    pub(crate) tools_memo: Arc<ToolsMemo>,
 }
 
 /// What the live view keeps across requests and sockets.
@@ -118,6 +121,7 @@ impl AppState {
             shutdown: tokio_util::sync::CancellationToken::new(),
             locks: Arc::default(),
             live,
+            tools_memo: Arc::default(),
         }
     }
 

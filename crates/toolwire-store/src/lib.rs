@@ -231,6 +231,16 @@ pub trait StoreRead: Send + Sync + 'static {
 
     /// The blob stored under `sha256` (64 lowercase hex digits), if any.
     async fn blob(&self, sha256: &str) -> Result<Option<Blob>>;
+
+    /// [`StoreRead::conversation`] and [`StoreRead::document`] in one
+    /// read: what a turn's start looks at (the active leaf and the
+    /// conversation's paused turn) for the cost of one.
+    async fn conversation_and_document(
+        &self,
+        id: ConversationId,
+        kind: &str,
+        document: &str,
+    ) -> Result<(Conversation, Option<Document>)>;
 }
 
 /// Persistence of conversation trees, runs and events: [`StoreRead`] and
@@ -311,6 +321,20 @@ pub trait Store: StoreRead {
         error: Option<&str>,
         conversation: ConversationId,
         events: &[AgentEvent],
+    ) -> Result<Vec<u64>>;
+
+    /// A turn's beginning in one transaction: run `id` begins in
+    /// `message`'s conversation, run by `owner` ([`Store::start_run`]),
+    /// `message` is appended with `events` ([`Store::append_with_events`])
+    /// and `documents` are stored ([`Store::put_documents`]). Returns the
+    /// events' `seq`s. Nothing is stored if any part fails.
+    async fn start_run_with_message(
+        &self,
+        id: RunId,
+        owner: InstanceId,
+        message: &Message,
+        events: &[AgentEvent],
+        documents: &[(&str, &str, &serde_json::Value)],
     ) -> Result<Vec<u64>>;
 
     /// Marks run `id` interrupted if it is still unfinished, and says

@@ -359,6 +359,26 @@ impl StoreRead for SqliteStore {
             .await?;
         sql::some(found, StoreError::ConversationNotFound(conversation))
     }
+
+    async fn conversation_and_document(
+        &self,
+        id: ConversationId,
+        kind: &str,
+        document: &str,
+    ) -> crate::Result<(Conversation, Option<Document>)> {
+        let (kind, document) = (kind.to_owned(), document.to_owned());
+        self.read(move |conn| {
+            let conversation = get_conversation(conn, id)?;
+            let document = one(
+                conn,
+                sql::SELECT_DOCUMENT,
+                (kind, document),
+                DocumentRow::from_sqlite,
+            )?;
+            Ok((conversation, document))
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -458,6 +478,19 @@ impl Store for SqliteStore {
 
     async fn interrupt_run(&self, id: RunId) -> crate::Result<bool> {
         self.writer.interrupt_run(id).await
+    }
+
+    async fn start_run_with_message(
+        &self,
+        id: RunId,
+        owner: InstanceId,
+        message: &Message,
+        events: &[AgentEvent],
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> crate::Result<Vec<u64>> {
+        self.writer
+            .start_run_with_message(id, owner, message, events, documents)
+            .await
     }
 
     async fn append_events(

@@ -2,8 +2,12 @@
 //! request with the next scripted [`Reply`] (the last one repeats) and
 //! records what it was sent, for the tests of the providers, the engine and
 //! the front doors. It speaks the real wire format (chunked SSE, statuses,
-//! headers) so that the code under test meets what a real API sends.
+//! headers) so that the code under test meets what a real API sends, and
+//! keeps a connection open for the next request after a whole answer, as
+//! the real APIs do (HTTP/1.1 keep-alive): a client's pool is used as in
+//! production. Replies that break or abandon a stream close it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,7 +27,7 @@ pub enum Reply {
         chunk: usize,
         delay: Duration,
     },
-    /// A status with headers and a body, then close.
+    /// A status with headers and a body (the connection kept).
     Status {
         code: u16,
         headers: Vec<(String, String)>,
@@ -62,7 +66,7 @@ impl Reply {
 pub type Received = Request;
 
 /// A model server on 127.0.0.1 that answers with `replies` in order (the
-/// last one repeats).
+/// last one repeats), one per request, whichever connection it comes on.
 pub struct MockServer {
     pub url: String,
     received: Arc<Mutex<Vec<Received>>>,
@@ -74,17 +78,16 @@ impl MockServer {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
         let log = received.clone();
+        let replies = Arc::new(replies);
+        let next = Arc::new(AtomicUsize::new(0));
         tokio::spawn(async move {
-            let mut n = 0;
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let reply = replies[n.min(replies.len() - 1)].clone();
-                n += 1;
-                let log = log.clone();
+                let (replies, next, log) = (replies.clone(), next.clone(), log.clone());
                 tokio::spawn(async move {
-                    let _ = serve(socket, reply, log).await;
+                    let _ = serve(socket, &replies, &next, &log).await;
                 });
             }
         });
@@ -182,14 +185,32 @@ pub async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Requ
     }))
 }
 
+/// Answers the requests of one connection, each with the next reply,
+/// until the client closes it or a reply ends it.
 async fn serve(
     mut socket: TcpStream,
-    reply: Reply,
-    log: Arc<Mutex<Vec<Received>>>,
+    replies: &[Reply],
+    next: &AtomicUsize,
+    log: &Mutex<Vec<Received>>,
 ) -> std::io::Result<()> {
-    let Some(request) = read_request(&mut socket).await? else {
-        return Ok(());
-    };
+    while let Some(request) = read_request(&mut socket).await? {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let reply = replies[n.min(replies.len() - 1)].clone();
+        if !answer(&mut socket, request, reply, log).await? {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Sends `reply` to `request`; says whether the connection can carry the
+/// next request (a whole answer was sent).
+async fn answer(
+    socket: &mut TcpStream,
+    request: Request,
+    reply: Reply,
+    log: &Mutex<Vec<Received>>,
+) -> std::io::Result<bool> {
     let mut reply = match reply {
         Reply::Respond(answer) => answer(&request),
         other => other,
@@ -223,33 +244,42 @@ async fn serve(
             body,
         } => {
             let mut head = format!(
-                "HTTP/1.1 {code} Status\r\ncontent-length: {}\r\nconnection: close\r\n",
+                "HTTP/1.1 {code} Status\r\ncontent-length: {}\r\n",
                 body.len()
             );
             for (k, v) in headers {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
             head.push_str("\r\n");
+            head.push_str(&body);
             socket.write_all(head.as_bytes()).await?;
-            socket.write_all(body.as_bytes()).await?;
+            return Ok(true);
         }
         Reply::Sse { body, chunk, delay } => {
-            socket.write_all(sse_head().as_bytes()).await?;
-            for piece in body.as_bytes().chunks(chunk.max(1)) {
-                socket
-                    .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
-                    .await?;
-                socket.write_all(piece).await?;
-                socket.write_all(b"\r\n").await?;
+            socket.write_all(sse_head(true).as_bytes()).await?;
+            let pieces: Vec<&[u8]> = body.as_bytes().chunks(chunk.max(1)).collect();
+            for (i, piece) in pieces.iter().enumerate() {
+                let mut out = format!("{:x}\r\n", piece.len()).into_bytes();
+                out.extend_from_slice(piece);
+                out.extend_from_slice(b"\r\n");
+                // Without pauses, the body's end goes with its last piece,
+                // as a server writing a whole answer at once sends it.
+                if delay.is_zero() && i + 1 == pieces.len() {
+                    out.extend_from_slice(b"0\r\n\r\n");
+                }
+                socket.write_all(&out).await?;
                 socket.flush().await?;
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
             }
-            socket.write_all(b"0\r\n\r\n").await?;
+            if !delay.is_zero() || pieces.is_empty() {
+                socket.write_all(b"0\r\n\r\n").await?;
+            }
+            return Ok(true);
         }
         Reply::Endless { start, repeat } => {
-            socket.write_all(sse_head().as_bytes()).await?;
+            socket.write_all(sse_head(false).as_bytes()).await?;
             let mut piece = start;
             loop {
                 // An empty chunk would end the body. Fails once the client
@@ -264,7 +294,7 @@ async fn serve(
         }
         Reply::Stall { head, sent, for_ } => {
             if head {
-                socket.write_all(sse_head().as_bytes()).await?;
+                socket.write_all(sse_head(false).as_bytes()).await?;
                 if !sent.is_empty() {
                     socket
                         .write_all(format!("{:x}\r\n{sent}\r\n", sent.len()).as_bytes())
@@ -273,10 +303,10 @@ async fn serve(
                 socket.flush().await?;
             }
             tokio::time::sleep(for_).await;
-            return Ok(());
+            return Ok(false);
         }
         Reply::Cut { body, cut_at } => {
-            socket.write_all(sse_head().as_bytes()).await?;
+            socket.write_all(sse_head(false).as_bytes()).await?;
             let piece = &body.as_bytes()[..cut_at.min(body.len())];
             socket
                 .write_all(format!("{:x}\r\n", body.len()).as_bytes())
@@ -284,11 +314,18 @@ async fn serve(
             socket.write_all(piece).await?;
             socket.flush().await?;
             // Dropping the socket mid-chunk breaks the stream.
+            return Ok(false);
         }
     }
-    socket.shutdown().await
+    socket.shutdown().await?;
+    Ok(false)
 }
 
-fn sse_head() -> String {
-    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".into()
+/// The head of a 200 SSE answer; `keep`: the connection stays open after
+/// the body's end.
+fn sse_head(keep: bool) -> String {
+    let connection = if keep { "" } else { "connection: close\r\n" };
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{connection}\r\n"
+    )
 }

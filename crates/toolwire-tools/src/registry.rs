@@ -67,6 +67,22 @@ impl ToolRegistry {
             .find_map(|source| source.current_tool(name))
     }
 
+    /// The tools now, one per name, sorted by name, with the precedence
+    /// of [`get`](Self::get): what [`specs`](Self::specs) describes,
+    /// without copying a spec.
+    pub fn current(&self) -> Vec<Arc<dyn Tool>> {
+        if self.sources.is_empty() {
+            return self.tools.values().cloned().collect();
+        }
+        let mut by_name: BTreeMap<String, Arc<dyn Tool>> = self.tools.clone();
+        for source in &self.sources {
+            for tool in source.current_tools() {
+                by_name.entry(tool.spec().name.clone()).or_insert(tool);
+            }
+        }
+        by_name.into_values().collect()
+    }
+
     /// One spec per name, sorted by name (a stable prompt from one request
     /// to the next), with the precedence of [`get`](Self::get).
     pub fn specs(&self) -> Vec<ToolSpec> {
@@ -166,6 +182,20 @@ mod tests {
     }
 
     fn names(registry: &ToolRegistry) -> Vec<String> {
-        registry.specs().into_iter().map(|s| s.name).collect()
+        let names: Vec<String> = registry.specs().into_iter().map(|s| s.name).collect();
+        // `current` gives the same tools, in the same order, as `specs`
+        // describes.
+        let current: Vec<(String, String)> = registry
+            .current()
+            .iter()
+            .map(|t| (t.spec().name.clone(), t.spec().description.clone()))
+            .collect();
+        let described: Vec<(String, String)> = registry
+            .specs()
+            .into_iter()
+            .map(|s| (s.name, s.description))
+            .collect();
+        assert_eq!(current, described);
+        names
     }
 }

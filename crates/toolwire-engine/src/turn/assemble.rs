@@ -149,6 +149,16 @@ impl Turn<'_> {
         batch: Option<Batch>,
     ) -> Result<(), Stop> {
         let stored = self.cx.bus.store_message(message, events).await;
+        self.settle(batch, stored)
+    }
+
+    /// The notifications `batch` a message carried are delivered if it
+    /// was `stored`, else put back for the next message.
+    pub(super) fn settle(
+        &self,
+        batch: Option<Batch>,
+        stored: Result<(), toolwire_store::StoreError>,
+    ) -> Result<(), Stop> {
         if let Some(batch) = batch {
             match stored {
                 Ok(()) => self.cx.notifications.delivered(self.conversation, &batch),

@@ -76,6 +76,37 @@ pub struct TurnOptions {
     /// one (a front door's agent state, such as memory blocks, that can
     /// change between two steps); `None`: the stored prompt as it is.
     pub system_prompt: Option<Arc<dyn SystemPrompt>>,
+    /// What the front door that starts this turn keeps of its run (its
+    /// own record of the run, say), stored in the transaction that begins
+    /// the run. For this turn only: the options the engine keeps for the
+    /// turns it starts itself never carry it.
+    pub run_records: Option<RunRecords>,
+}
+
+/// Documents `(kind, id, body)` a front door keeps of a run, made from
+/// the run's id once the engine has chosen it: see
+/// [`TurnOptions::run_records`].
+#[derive(Clone)]
+pub struct RunRecords(Arc<RunRecordsFn>);
+
+type RunRecordsFn = dyn Fn(RunId) -> Vec<(String, String, serde_json::Value)> + Send + Sync;
+
+impl RunRecords {
+    pub fn new(
+        make: impl Fn(RunId) -> Vec<(String, String, serde_json::Value)> + Send + Sync + 'static,
+    ) -> Self {
+        RunRecords(Arc::new(make))
+    }
+
+    fn make(&self, run: RunId) -> Vec<(String, String, serde_json::Value)> {
+        (self.0)(run)
+    }
+}
+
+impl std::fmt::Debug for RunRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunRecords")
+    }
 }
 
 /// The system prompt of each model step, rendered from the conversation's
@@ -346,10 +377,26 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
 
 impl Turn<'_> {
     async fn run(&mut self, start: Start) -> Result<Message, Stop> {
-        self.cx
-            .store
-            .start_run(self.run_id, self.conversation, self.cx.instance)
-            .await?;
+        let records = self
+            .options
+            .run_records
+            .take()
+            .map(|r| r.make(self.run_id))
+            .unwrap_or_default();
+        let records: Vec<(&str, &str, &serde_json::Value)> = records
+            .iter()
+            .map(|(kind, id, body)| (kind.as_str(), id.as_str(), body))
+            .collect();
+        // A new user message begins the run in the same transaction.
+        if !matches!(start, Start::User(_)) {
+            self.cx
+                .store
+                .start_run(self.run_id, self.conversation, self.cx.instance)
+                .await?;
+            if !records.is_empty() {
+                self.cx.store.put_documents(&records).await?;
+            }
+        }
         let mut resumed = None;
         match start {
             Start::Resume {
@@ -380,7 +427,21 @@ impl Turn<'_> {
                     message: user.clone(),
                 }];
                 events.extend(injected);
-                self.store_carrying(&user, events, batch).await?;
+                let stored = self
+                    .cx
+                    .bus
+                    .start_run_with_message(self.run_id, self.cx.instance, &user, events, &records)
+                    .await;
+                if stored.is_err() {
+                    // The run is recorded all the same, so that it ends
+                    // with the error as any run does.
+                    let _ = self
+                        .cx
+                        .store
+                        .start_run(self.run_id, self.conversation, self.cx.instance)
+                        .await;
+                }
+                self.settle(batch, stored)?;
                 self.begin();
             }
             Start::Compact { leaf, all } => {

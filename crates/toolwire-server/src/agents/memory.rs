@@ -152,6 +152,11 @@ pub async fn system_prompt(
 pub struct AgentMemory {
     engine: WeakEngine,
     agent_id: String,
+    /// The agent as the request that starts the turn read it: its first
+    /// step's prompt is made from it rather than from a second read of
+    /// the same record (later steps read it again: it may change during
+    /// the turn). Taken once.
+    read: Arc<std::sync::Mutex<Option<AgentRecord>>>,
 }
 
 impl std::fmt::Debug for AgentMemory {
@@ -167,6 +172,17 @@ impl AgentMemory {
         Arc::new(AgentMemory {
             engine: engine.downgrade(),
             agent_id: agent_id.to_owned(),
+            read: Arc::default(),
+        })
+    }
+
+    /// As [`AgentMemory::new`], for a turn a request starts with `agent`
+    /// just read: its first render uses that record.
+    pub fn just_read(engine: &Engine, agent: &AgentRecord) -> Arc<Self> {
+        Arc::new(AgentMemory {
+            engine: engine.downgrade(),
+            agent_id: agent.id.clone(),
+            read: Arc::new(std::sync::Mutex::new(Some(agent.clone()))),
         })
     }
 }
@@ -178,9 +194,13 @@ impl SystemPrompt for AgentMemory {
             .engine
             .upgrade()
             .ok_or_else(|| "the engine is gone".to_owned())?;
-        let agent = agents::load_from(&engine, &self.agent_id)
-            .await
-            .map_err(|e| e.message)?;
+        let read = self.read.lock().ok().and_then(|mut read| read.take());
+        let agent = match read {
+            Some(agent) => agent,
+            None => agents::load_from(&engine, &self.agent_id)
+                .await
+                .map_err(|e| e.message)?,
+        };
         system_prompt(&engine, &agent, stored)
             .await
             .map_err(|e| e.message)

@@ -7,7 +7,7 @@ use toolwire_engine::TurnOptions;
 
 use crate::agents::memory::{AgentMemory, MemoryOp, MemoryTool};
 use crate::agents::registry::registry;
-use crate::agents::tools::{MEMORY_TOOL_TYPE, all_tools};
+use crate::agents::tools::{Catalog, MEMORY_TOOL_TYPE, ToolRecord};
 use crate::agents::{self, AgentRecord, budget, models};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -15,8 +15,19 @@ use crate::state::AppState;
 /// The turn options of `agent`: its model (by registry name), its tools,
 /// and which of them wait for approval.
 pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<TurnOptions> {
-    let all = all_tools(state).await?;
-    let tools: Vec<_> = agent.tools(&all).into_iter().cloned().collect();
+    let catalog = Catalog::read(state).await?;
+    let all = catalog.all();
+    // The agent's tools (those still defined), in `tool_ids` order.
+    let tools: Vec<&ToolRecord> = agent
+        .tool_ids
+        .iter()
+        .filter_map(|id| all.iter().copied().find(|t| &t.id == id))
+        .collect();
+    let require_approval = tools
+        .iter()
+        .filter(|t| agent.requires_approval(t))
+        .map(|t| t.name.clone())
+        .collect();
     let model = models::of_agent(state.engine.models(), agent.model.as_deref());
     let mut registry = registry(state, &tools).await;
     // The memory tools edit this agent's blocks: one of each per agent.
@@ -34,7 +45,7 @@ pub async fn agent_options(state: &AppState, agent: &AgentRecord) -> ApiResult<T
     }
     Ok(TurnOptions {
         tools: Some(registry),
-        require_approval: agent.approval_set(&all),
+        require_approval,
         model: Some(model.info.name.clone()),
         response_format: response_format(agent),
         agent_spent: budget::agent_spent(state, agent).await?,

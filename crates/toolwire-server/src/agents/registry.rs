@@ -16,10 +16,10 @@ use crate::state::AppState;
 
 /// The engine tools (and Python tools built from records) behind `tools`,
 /// for one turn. Records whose tool is gone are skipped with a warning.
-pub async fn registry(state: &AppState, tools: &[ToolRecord]) -> ToolRegistry {
+pub async fn registry(state: &AppState, tools: &[&ToolRecord]) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let mut from_servers: BTreeMap<&str, HashSet<String>> = BTreeMap::new();
-    for record in tools {
+    for &record in tools {
         if record.tool_type == MEMORY_TOOL_TYPE {
             // Bound to an agent: see `options::agent_options`.
             continue;

@@ -2,6 +2,8 @@
 //! and the engine's built-in and MCP tools as records too (stored only
 //! once a client changes them); the registry a turn gets from them.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -97,40 +99,63 @@ impl ToolRecord {
     }
 }
 
+/// Every tool, borrowed from what one read gives: the engine's (their
+/// records made once per set of engine tools, see [`ToolsMemo`]), each in
+/// its stored version where a client changed it, then the other stored
+/// ones, oldest first.
+///
+/// [`ToolsMemo`]: crate::tools_memo::ToolsMemo
+pub struct Catalog {
+    engine: Arc<Vec<ToolRecord>>,
+    stored: Vec<ToolRecord>,
+}
+
+impl Catalog {
+    /// The stored tools read now (they may change on any instance), over
+    /// the engine's.
+    pub async fn read(state: &AppState) -> ApiResult<Catalog> {
+        let mut stored = Vec::new();
+        for doc in state.store().documents(KIND).await? {
+            stored.push(ToolRecord::from_body(doc.body)?);
+        }
+        let engine = state
+            .tools_memo
+            .get(state.engine.tools().current(), |tools| {
+                tools
+                    .iter()
+                    .map(|tool| ToolRecord::engine_tool(tool.spec()))
+                    .chain(MemoryOp::ALL.into_iter().map(ToolRecord::memory_tool))
+                    .collect::<Vec<_>>()
+            });
+        Ok(Catalog { engine, stored })
+    }
+
+    /// Every tool, in [`all_tools`]' order. A stored record with an
+    /// engine tool's id holds a client's changes to it.
+    pub fn all(&self) -> Vec<&ToolRecord> {
+        let mut all: Vec<&ToolRecord> = self
+            .engine
+            .iter()
+            .map(|own| self.stored.iter().find(|s| s.id == own.id).unwrap_or(own))
+            .collect();
+        all.extend(
+            self.stored
+                .iter()
+                .filter(|s| !self.engine.iter().any(|own| own.id == s.id)),
+        );
+        all
+    }
+}
+
 /// Every tool: the engine's, then the stored ones, oldest first. A stored
 /// record with an engine tool's id holds a client's changes to it.
 pub async fn all_tools(state: &AppState) -> ApiResult<Vec<ToolRecord>> {
-    let mut stored = Vec::new();
-    for doc in state.store().documents(KIND).await? {
-        stored.push(ToolRecord::from_body(doc.body)?);
-    }
-    let mut tools: Vec<ToolRecord> = state
-        .engine
-        .tools()
-        .specs()
-        .iter()
-        .map(|spec| {
-            let own = ToolRecord::engine_tool(spec);
-            stored
-                .iter()
-                .find(|s| s.id == own.id)
-                .cloned()
-                .unwrap_or(own)
-        })
-        .collect();
-    for op in MemoryOp::ALL {
-        let own = ToolRecord::memory_tool(op);
-        tools.push(
-            stored
-                .iter()
-                .find(|s| s.id == own.id)
-                .cloned()
-                .unwrap_or(own),
-        );
-    }
-    let engine_ids: Vec<String> = tools.iter().map(|t| t.id.clone()).collect();
-    tools.extend(stored.into_iter().filter(|s| !engine_ids.contains(&s.id)));
-    Ok(tools)
+    Ok(Catalog::read(state)
+        .await?
+        .all()
+        .into_iter()
+        .cloned()
+        .collect())
 }
 
 pub async fn find_tool(state: &AppState, id: &str) -> ApiResult<ToolRecord> {

@@ -18,6 +18,7 @@ use toolwire_core::{ContentBlock, ConversationId, Decision, ToolCallId};
 use toolwire_engine::{Follower, Responded, TurnHandle, TurnOptions};
 use toolwire_tools::ToolSpec;
 
+use crate::agents::memory::AgentMemory;
 use crate::agents::options::{agent_options, refresh_options};
 use crate::agents::{self, AgentRecord, approvals};
 use crate::error::{ApiError, ApiResult};
@@ -276,6 +277,8 @@ async fn options(
     Ok(TurnOptions {
         max_steps: req.max_steps,
         client_tools,
+        // The agent was just read: the first step's prompt is made from it.
+        system_prompt: Some(AgentMemory::just_read(&state.engine, agent)),
         ..agent_options(state, agent).await?
     })
 }
@@ -308,9 +311,23 @@ async fn start(
         .index
         .last_seq(&state.engine, conversation)
         .await?;
-    let options = options(state, &agent, req).await?;
+    let mut options = options(state, &agent, req).await?;
     let mut gated: HashSet<String> = options.require_approval.clone();
     gated.extend(options.client_tools.iter().map(|c| c.name.clone()));
+    let stream_tokens = req.stream_tokens.unwrap_or(false);
+    // What the runs' API keeps of the run (its id once it has one),
+    // stored by the engine with the run's beginning.
+    let mut doc = runs::RunDoc {
+        run_id: toolwire_core::RunId::new(),
+        agent_id: agent.id.clone(),
+        conversation_id: conversation,
+        background: req.background.unwrap_or(false),
+        stream_tokens,
+        gated: gated.iter().cloned().collect(),
+        after_seq,
+        expect: Vec::new(),
+        created_at: chrono::Utc::now(),
+    };
     // Subscribed before the turn starts, so that nothing is missed.
     let follower = state.engine.follow(conversation);
     let otid_follower = asked
@@ -349,6 +366,7 @@ async fn start(
         images.push(crate::images::store(state, bytes, declared, &at).await?);
     }
     let mut expect: Vec<String> = Vec::new();
+    options.run_records = Some(runs::run_records(doc.clone()));
     let handle = if !images.is_empty() {
         let mut content = Vec::with_capacity(images.len() + 1);
         if let Some(text) = then {
@@ -369,6 +387,8 @@ async fn start(
             .await?
             .map(|p| p.calls.iter().map(|c| c.call.id.0.clone()).collect())
             .unwrap_or_default();
+        doc.expect.clone_from(&expect);
+        options.run_records = Some(runs::run_records(doc.clone()));
         let answered: Vec<ToolCallId> = asked.decisions.iter().map(|(id, _)| id.clone()).collect();
         let retry = (then.clone(), options.clone(), answered);
         match state
@@ -391,21 +411,10 @@ async fn start(
             "nothing to send: give `messages` (or `input`) with a user message or an approval",
         ));
     };
-    let stream_tokens = req.stream_tokens.unwrap_or(false);
     let doc = match &handle {
         Some(h) => {
-            let doc = runs::RunDoc {
-                run_id: h.run_id,
-                agent_id: agent.id.clone(),
-                conversation_id: conversation,
-                background: req.background.unwrap_or(false),
-                stream_tokens,
-                gated: gated.iter().cloned().collect(),
-                after_seq,
-                expect: expect.clone(),
-                created_at: chrono::Utc::now(),
-            };
-            runs::record(state, &doc).await?;
+            // Stored with the run's beginning (`runs::run_records`).
+            doc.run_id = h.run_id;
             if let (Some(otid), Some(follower)) = (asked.otid.take(), otid_follower) {
                 runs::remember_otid(state, follower, h.run_id, otid);
             }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolwire_core::{AgentEvent, ConversationId, Message, MessageId, RunId, StopReason, Usage};
-use toolwire_engine::Follower;
+use toolwire_engine::{Follower, RunRecords};
 use toolwire_store::RunRecord;
 
 use crate::agents;
@@ -73,18 +73,29 @@ pub struct RunDoc {
     pub created_at: DateTime<Utc>,
 }
 
-/// Stores `doc`, and its run as its agent's latest.
-pub async fn record(state: &AppState, doc: &RunDoc) -> ApiResult<()> {
-    let body = serde_json::to_value(doc)
-        .map_err(|e| ApiError::internal(format!("a run cannot be stored: {e}")))?;
-    // The run and the agent's last run in one transaction.
-    let last = json!({"run_id": doc.run_id});
-    let run_id = doc.run_id.to_string();
-    state
-        .engine
-        .put_records(&[(KIND, &run_id, &body), (LAST_RUN, &doc.agent_id, &last)])
-        .await?;
-    Ok(())
+/// What [`record`] stores of `doc`'s run, for the engine to store in
+/// the transaction that begins the run (whichever id it is given).
+pub fn run_records(doc: RunDoc) -> RunRecords {
+    RunRecords::new(move |run_id| {
+        let doc = RunDoc {
+            run_id,
+            ..doc.clone()
+        };
+        match serde_json::to_value(&doc) {
+            Ok(body) => vec![
+                (KIND.to_owned(), run_id.to_string(), body),
+                (
+                    LAST_RUN.to_owned(),
+                    doc.agent_id.clone(),
+                    json!({"run_id": run_id}),
+                ),
+            ],
+            Err(e) => {
+                tracing::error!(run = %run_id, error = %e, "a run's record cannot be made");
+                Vec::new()
+            }
+        }
+    })
 }
 
 /// Keeps the `otid` a client gave the user message run `run` starts with,

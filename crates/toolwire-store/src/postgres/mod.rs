@@ -352,6 +352,22 @@ impl StoreRead for PostgresStore {
             .transpose()?)
     }
 
+    async fn conversation_and_document(
+        &self,
+        id: ConversationId,
+        kind: &str,
+        document: &str,
+    ) -> Result<(Conversation, Option<Document>)> {
+        let client = self.client().await?;
+        let params: [&(dyn ToSql + Sync); 2] = [&kind, &document];
+        // Both statements on one connection, pipelined: one checkout.
+        let (conversation, document) = futures::try_join!(
+            get_conversation(&client, id),
+            one::<DocumentRow>(&client, SELECT_DOCUMENT, &params),
+        )?;
+        Ok((conversation, document.map(Document::try_from).transpose()?))
+    }
+
     async fn documents(&self, kind: &str) -> Result<Vec<Document>> {
         all::<DocumentRow>(&self.client().await?, SELECT_DOCUMENTS, &[&kind])
             .await?
@@ -558,6 +574,37 @@ impl Store for PostgresStore {
             return Err(StoreError::RunNotFound(id));
         }
         let seqs = insert_events(&tx, conversation, events).await?;
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
+    async fn start_run_with_message(
+        &self,
+        id: RunId,
+        owner: InstanceId,
+        message: &Message,
+        events: &[AgentEvent],
+        documents: &[(&str, &str, &serde_json::Value)],
+    ) -> Result<Vec<u64>> {
+        let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
+        let conversation = message.conversation_id;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now = Ts::now().0;
+        let parent_conversation: Option<uuid::Uuid> =
+            scalar(&tx, MESSAGE_CONVERSATION, &[&parent.0]).await?;
+        check_parent(message, parent, parent_conversation)?;
+        // The conversation's row first, as in `append_with_events`.
+        execute(&tx, SET_ACTIVE_LEAF, &[&conversation.0, &message.id.0]).await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&id.0, &conversation.0, &now, &owner.0];
+        if execute(&tx, START_RUN, &params).await? == 0 {
+            return Err(StoreError::ConversationNotFound(conversation));
+        }
+        insert_message(&tx, message).await?;
+        let seqs = insert_events(&tx, conversation, events).await?;
+        for (kind, id, body) in documents {
+            execute(&tx, PUT_DOCUMENT, &[kind, id, &Json(*body), &now]).await?;
+        }
         tx.commit().await?;
         Ok(seqs)
     }

@@ -15,6 +15,8 @@ use toolwire_core::{
 };
 use uuid::Uuid;
 
+mod begin;
+
 use super::{BUSY_TIMEOUT, Location, blocking};
 use crate::rows::{self, InstanceRow, MessageValues, Ts};
 use crate::sql;

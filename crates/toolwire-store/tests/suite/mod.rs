@@ -99,6 +99,8 @@ macro_rules! store_tests {
             messages_are_the_whole_tree,
             blobs_are_kept_once_by_hash,
             messages_hold_image_references,
+            a_turn_begins_in_one_transaction,
+            a_conversation_is_read_with_a_document,
         );
     };
     (@ $run:path; $($name:ident),* $(,)?) => {
@@ -1246,4 +1248,109 @@ pub async fn messages_hold_image_references(db: Db) {
     assert_eq!(path[2], result);
     assert_eq!(path[2].images().count(), 2);
     assert_eq!(store.message(user.id).await.unwrap(), user);
+}
+
+pub async fn a_turn_begins_in_one_transaction(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let owner = s
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
+    let run = RunId::new();
+    let first = user(c.id, c.root_id, "hello");
+    let record = serde_json::json!({"run": run.to_string()});
+    let seqs = s
+        .start_run_with_message(
+            run,
+            owner.id,
+            &first,
+            &[delta(run, 1), delta(run, 2)],
+            &[("front_run", &run.to_string(), &record)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs, [1, 2]);
+    let reopened = db.reopen().await;
+    let r = reopened.run(run).await.unwrap();
+    assert_eq!(
+        (r.conversation_id, r.owner, r.stop_reason),
+        (c.id, Some(owner.id), None)
+    );
+    assert_eq!(
+        reopened.conversation(c.id).await.unwrap().active_leaf,
+        first.id
+    );
+    assert_eq!(
+        reopened.path_to(first.id).await.unwrap().last(),
+        Some(&first)
+    );
+    let doc = reopened
+        .document("front_run", &run.to_string())
+        .await
+        .unwrap();
+    assert_eq!(doc.map(|d| d.body), Some(record.clone()));
+    assert_eq!(reopened.events_since(c.id, 0, 10).await.unwrap().len(), 2);
+
+    // A message that cannot be stored (its parent is another
+    // conversation's): nothing of the beginning is, run nor document.
+    let other = s.create_conversation("sys", None).await.unwrap();
+    let refused_run = RunId::new();
+    let stray = user(c.id, other.root_id, "lost");
+    let refused = s
+        .start_run_with_message(
+            refused_run,
+            owner.id,
+            &stray,
+            &[delta(refused_run, 1)],
+            &[("front_run", &refused_run.to_string(), &record)],
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(matches!(
+        s.run(refused_run).await,
+        Err(StoreError::RunNotFound(id)) if id == refused_run
+    ));
+    assert!(
+        s.document("front_run", &refused_run.to_string())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 2);
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, first.id);
+
+    // An unknown conversation: refused.
+    let nowhere = ConversationId::new();
+    let lost = user(nowhere, MessageId::new(), "nowhere");
+    assert!(
+        s.start_run_with_message(RunId::new(), owner.id, &lost, &[], &[])
+            .await
+            .is_err()
+    );
+}
+
+pub async fn a_conversation_is_read_with_a_document(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let (read, doc) = s
+        .conversation_and_document(c.id, "paused", &c.id.to_string())
+        .await
+        .unwrap();
+    assert_eq!((read.id, read.active_leaf), (c.id, c.root_id));
+    assert!(doc.is_none());
+    let body = serde_json::json!({"waiting": ["call-1"]});
+    s.put_document("paused", &c.id.to_string(), &body)
+        .await
+        .unwrap();
+    let (_, doc) = s
+        .conversation_and_document(c.id, "paused", &c.id.to_string())
+        .await
+        .unwrap();
+    assert_eq!(doc.map(|d| d.body), Some(body));
+    let unknown = ConversationId::new();
+    assert!(matches!(
+        s.conversation_and_document(unknown, "paused", "x").await,
+        Err(StoreError::ConversationNotFound(id)) if id == unknown
+    ));
 }

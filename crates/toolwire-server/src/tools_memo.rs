@@ -1,0 +1,117 @@
+//! What the server makes from the engine's tools (their records), kept
+//! while the engine has the same tools, so that a message does not make
+//! it again. The engine's tools are its own (built-ins, the configured
+//! MCP servers' tools): nothing stored, and nothing another instance
+//! changes, so the memo is keyed on the tools themselves. An MCP server
+//! whose list changes gives new tools, and the memo is made again.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use toolwire_tools::Tool;
+
+type Kept = (Vec<Arc<dyn Tool>>, Arc<dyn Any + Send + Sync>);
+
+/// See the module documentation. One value is kept; its type is the
+/// caller's.
+#[derive(Default)]
+pub struct ToolsMemo {
+    kept: Mutex<Option<Kept>>,
+}
+
+impl ToolsMemo {
+    /// The value made by `make` from `tools` (the engine's tools now),
+    /// made again only when they are not the tools it was made from. The
+    /// tools are held while kept, so that none is dropped and its address
+    /// taken by another.
+    pub fn get<T: Any + Send + Sync>(
+        &self,
+        tools: Vec<Arc<dyn Tool>>,
+        make: impl FnOnce(&[Arc<dyn Tool>]) -> T,
+    ) -> Arc<T> {
+        if let Ok(kept) = self.kept.lock()
+            && let Some((from, value)) = kept.as_ref()
+            && same(from, &tools)
+            && let Ok(value) = Arc::clone(value).downcast::<T>()
+        {
+            return value;
+        }
+        let value = Arc::new(make(&tools));
+        if let Ok(mut kept) = self.kept.lock() {
+            let erased: Arc<dyn Any + Send + Sync> = value.clone();
+            *kept = Some((tools, erased));
+        }
+        value
+    }
+}
+
+fn same(a: &[Arc<dyn Tool>], b: &[Arc<dyn Tool>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use toolwire_tools::{ToolContext, ToolError, ToolOutput, ToolSpec};
+
+    struct Named(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(
+            &self,
+            _args: serde_json::Value,
+            _cx: ToolContext,
+        ) -> Result<ToolOutput, ToolError> {
+            Err(ToolError::Failed("not called".into()))
+        }
+    }
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        Arc::new(Named(ToolSpec {
+            name: name.into(),
+            server: None,
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+            read_only: true,
+        }))
+    }
+
+    fn names(tools: &[Arc<dyn Tool>]) -> Vec<String> {
+        tools.iter().map(|t| t.spec().name.clone()).collect()
+    }
+
+    #[test]
+    fn made_once_for_the_same_tools_and_again_for_others() {
+        let memo = ToolsMemo::default();
+        let (a, b) = (tool("a"), tool("b"));
+        let mut made = 0;
+        let first = memo.get(vec![a.clone(), b.clone()], |t| {
+            made += 1;
+            names(t)
+        });
+        let again = memo.get(vec![a.clone(), b.clone()], |t| {
+            made += 1;
+            names(t)
+        });
+        assert_eq!(made, 1);
+        assert!(Arc::ptr_eq(&first, &again));
+        // A tool of the same name but another one (an MCP server's new list).
+        let other = memo.get(vec![a.clone(), tool("b")], |t| {
+            made += 1;
+            names(t)
+        });
+        assert_eq!(made, 2);
+        assert_eq!(*other, vec!["a".to_owned(), "b".to_owned()]);
+        let fewer = memo.get(vec![a], |t| {
+            made += 1;
+            names(t)
+        });
+        assert_eq!(made, 3);
+        assert_eq!(*fewer, vec!["a".to_owned()]);
+    }
+}
