@@ -708,9 +708,72 @@ pub(crate) fn event_json(event: &AgentEvent) -> Result<(String, serde_json::Valu
     Ok((kind, value))
 }
 
+/// An event as it is stored: its `type` and its JSON text, written
+/// straight from the event (no `serde_json::Value` built and dropped on
+/// the way: the text is the same, keys in the same order). serde writes
+/// an internally tagged enum's tag as its first field, so the type is
+/// read off the text's start.
+pub(crate) fn event_text(event: &AgentEvent) -> Result<(String, String)> {
+    let text = serde_json::to_string(event)
+        .map_err(|e| StoreError::Corrupt(format!("event cannot be serialised: {e}")))?;
+    let kind = text
+        .strip_prefix(r#"{"type":""#)
+        .and_then(|rest| rest.split_once('"'))
+        .map(|(kind, _)| kind.to_owned())
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("event serialised without its type first: {text}"))
+        })?;
+    Ok((kind, text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event's stored text and type are those of the `Value` route
+    /// (what was stored before, and PostgreSQL's): the same keys in the
+    /// same order, the same type.
+    #[test]
+    fn event_text_is_what_the_value_gives() {
+        use toolwire_core::{ContentBlock, Message, Role, RunId};
+        let conversation = toolwire_core::ConversationId::new();
+        let message = Message::new(
+            conversation,
+            None,
+            Role::Assistant,
+            vec![ContentBlock::Text {
+                text: "quote \" backslash \\ é 😀".into(),
+            }],
+        );
+        let run = RunId::new();
+        let events = [
+            AgentEvent::TurnStarted {
+                run_id: run,
+                conversation_id: conversation,
+                message: message.clone(),
+            },
+            AgentEvent::TextDelta {
+                run_id: run,
+                text: "a \n piece".into(),
+            },
+            AgentEvent::ArgumentField {
+                run_id: run,
+                call_id: toolwire_core::ToolCallId("call_1".into()),
+                key: "path".into(),
+                value: serde_json::json!({"z": 1, "a": [1.5, null, "x"]}),
+            },
+            AgentEvent::AssistantMessageCreated {
+                run_id: run,
+                message,
+            },
+        ];
+        for event in &events {
+            let (kind, value) = event_json(event).unwrap();
+            let (text_kind, text) = event_text(event).unwrap();
+            assert_eq!(text_kind, kind);
+            assert_eq!(text, value.to_string());
+        }
+    }
 
     /// The shortcut for one text block reads exactly what the general way
     /// reads, and fails where it fails.

@@ -1,12 +1,27 @@
 //! The SQLite backend, on rusqlite: one file (`sqlite://PATH`, created if
 //! missing) in WAL mode, or `sqlite::memory:` for throwaway stores.
 //!
-//! On a file, every write method runs its whole transaction on one blocking
-//! thread, on the backend's one writer connection (see [`writer`]), which
-//! also runs the migrations when the store opens ([`migrate`]). Reads go
+//! On a file, every write method runs its whole transaction in one place,
+//! on the backend's one writer connection (see [`writer`]), which also
+//! runs the migrations when the store opens ([`migrate`]). Reads go
 //! through a few reader connections (see [`reader`]), each read one
-//! transaction on one blocking thread, so that they see exactly what the
-//! writer — and any other process — has committed. A path
+//! transaction, so that they see exactly what the writer — and any other
+//! process — has committed.
+//!
+//! Where a call runs: most take tens of microseconds, less than handing
+//! them to one of tokio's blocking threads and back costs (two context
+//! switches, and the futex waits around them). So a short call runs on
+//! the caller's own thread: a write once the writer's connection is its
+//! turn (writers wait for it as tasks, not on threads), a point read or a
+//! short path when a reader is idle at once (else on a blocking thread).
+//! Nothing can make such a call wait on the caller's thread: it runs with
+//! no busy handler, and where SQLite would have waited for another
+//! process's lock it gives up and runs again on a blocking thread, with
+//! the busy timeout; the writer's connection never checkpoints in a
+//! commit (see [`writer`]). Lists, long paths, forks and large blobs run
+//! on blocking threads. See [`transaction`].
+//!
+//! A path
 //! ([`StoreRead::path_to`]) is read in ranges of its lines while the
 //! caller decodes the rows read so far, helped by the reader once it has
 //! read them all (see [`raw`]); of a long path the readers keep the
@@ -44,6 +59,7 @@ mod location;
 mod migrate;
 mod raw;
 mod reader;
+mod transaction;
 mod writer;
 
 pub(crate) use location::Location;
@@ -52,6 +68,26 @@ use writer::Writer;
 
 /// How long a writer waits for another one before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Paths of at most this many messages are read on the caller's thread
+/// when a reader is idle (a short path takes a few tens of microseconds);
+/// longer ones on a blocking thread, decoded as they are read (see
+/// [`raw`]).
+const INLINE_PATH_ROWS: usize = 128;
+
+/// Pages of events read at once on the caller's thread; larger pages on
+/// a blocking thread.
+const INLINE_EVENTS: u32 = 16;
+
+/// Whether a store call may run on the caller's thread (see the module's
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inline {
+    /// If its connection is free at once; else on a blocking thread.
+    Try,
+    /// On a blocking thread: it may take a while.
+    Never,
+}
 
 /// A [`Store`](crate::Store) in an SQLite database.
 #[derive(Debug, Clone)]
@@ -91,17 +127,24 @@ impl SqliteStore {
         if let Some(readers) = &self.readers {
             readers.close();
         }
-        self.writer.close();
+        self.writer.close().await;
     }
 
     /// Runs `f`, a read, in one transaction: on a reader of the file, or on
-    /// the in-memory database's one connection.
+    /// the in-memory database's one connection; on the caller's thread if
+    /// `inline` allows it and a connection is free at once.
     async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection) -> crate::Result<T> + Send + 'static,
+        inline: Inline,
+        mut f: impl FnMut(&Connection) -> crate::Result<T> + Send + 'static,
     ) -> crate::Result<T> {
         match &self.readers {
             Some(readers) => {
+                if inline == Inline::Try
+                    && let Some(done) = readers.now(&mut f)
+                {
+                    return done;
+                }
                 let turn = readers.turn().await;
                 let readers = Arc::clone(readers);
                 blocking(move || {
@@ -110,8 +153,24 @@ impl SqliteStore {
                 })
                 .await
             }
-            None => self.writer.read(f).await,
+            None => self.writer.read(inline, f).await,
         }
+    }
+
+    /// A point read: on the caller's thread when it can be.
+    async fn point<T: Send + 'static>(
+        &self,
+        f: impl FnMut(&Connection) -> crate::Result<T> + Send + 'static,
+    ) -> crate::Result<T> {
+        self.read(Inline::Try, f).await
+    }
+
+    /// A list (of any length): on a blocking thread.
+    async fn list<T: Send + 'static>(
+        &self,
+        f: impl FnMut(&Connection) -> crate::Result<T> + Send + 'static,
+    ) -> crate::Result<T> {
+        self.read(Inline::Never, f).await
     }
 
     /// [`StoreRead::path_to`](crate::StoreRead::path_to).
@@ -119,9 +178,19 @@ impl SqliteStore {
         let Some(readers) = &self.readers else {
             return self
                 .writer
-                .read(move |conn| lines::read_path(conn, leaf))
+                .read(Inline::Never, move |conn| lines::read_path(conn, leaf))
                 .await;
         };
+        // A short path at once, if a reader is idle; a long one (or one
+        // whose lines are kept) is left to the blocking read below.
+        let short = readers.now(&mut |conn| {
+            lines::short_path(conn, leaf, INLINE_PATH_ROWS, |line| readers.keeps(line))
+        });
+        match short {
+            Some(Ok(Some(path))) => return Ok(path),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(None)) | None => {}
+        }
         let (reader, writer) = (Arc::clone(readers), Arc::clone(&self.writer));
         let handoff = Arc::new(raw::Handoff::default());
         let mut sink = raw::Sink::new(Arc::clone(&handoff), Arc::clone(readers.pool()));
@@ -206,16 +275,16 @@ fn get_conversation(conn: &Connection, id: ConversationId) -> crate::Result<Conv
 #[async_trait]
 impl StoreRead for SqliteStore {
     async fn conversation(&self, id: ConversationId) -> crate::Result<Conversation> {
-        self.read(move |conn| get_conversation(conn, id)).await
+        self.point(move |conn| get_conversation(conn, id)).await
     }
 
     async fn list_conversations(&self) -> crate::Result<Vec<ConversationSummary>> {
-        self.read(|conn| all(conn, sql::LIST_CONVERSATIONS, [], SummaryRow::from_sqlite))
+        self.list(|conn| all(conn, sql::LIST_CONVERSATIONS, [], SummaryRow::from_sqlite))
             .await
     }
 
     async fn message(&self, id: MessageId) -> crate::Result<Message> {
-        self.read(move |conn| one(conn, sql::SELECT_MESSAGE, [id.0], MessageRow::from_sqlite))
+        self.point(move |conn| one(conn, sql::SELECT_MESSAGE, [id.0], MessageRow::from_sqlite))
             .await?
             .ok_or(StoreError::MessageNotFound(id))
     }
@@ -226,7 +295,7 @@ impl StoreRead for SqliteStore {
 
     async fn children(&self, id: MessageId) -> crate::Result<Vec<Message>> {
         let found = self
-            .read(move |conn| {
+            .list(move |conn| {
                 all(
                     conn,
                     sql::CHILDREN_AND_SELF,
@@ -240,20 +309,20 @@ impl StoreRead for SqliteStore {
 
     async fn siblings(&self, id: MessageId) -> crate::Result<Vec<Message>> {
         let found = self
-            .read(move |conn| all(conn, sql::SIBLINGS, [id.0], MessageRow::from_sqlite))
+            .list(move |conn| all(conn, sql::SIBLINGS, [id.0], MessageRow::from_sqlite))
             .await?;
         sql::some(found, StoreError::MessageNotFound(id))
     }
 
     async fn leaves(&self, conversation: ConversationId) -> crate::Result<Vec<Message>> {
         let found = self
-            .read(move |conn| all(conn, sql::LEAVES, [conversation.0], MessageRow::from_sqlite))
+            .list(move |conn| all(conn, sql::LEAVES, [conversation.0], MessageRow::from_sqlite))
             .await?;
         sql::some(found, StoreError::ConversationNotFound(conversation))
     }
 
     async fn total_cost(&self, conversation: ConversationId) -> crate::Result<f64> {
-        self.read(move |conn| {
+        self.list(move |conn| {
             Ok(conn
                 .prepare_cached(sql::TOTAL_COST)?
                 .query_row([conversation.0], |r| r.get(0))
@@ -264,18 +333,18 @@ impl StoreRead for SqliteStore {
     }
 
     async fn instance(&self, id: InstanceId) -> crate::Result<Option<InstanceRecord>> {
-        self.read(move |conn| one(conn, sql::SELECT_INSTANCE, [id.0], InstanceRow::from_sqlite))
+        self.point(move |conn| one(conn, sql::SELECT_INSTANCE, [id.0], InstanceRow::from_sqlite))
             .await
     }
 
     async fn run(&self, id: RunId) -> crate::Result<RunRecord> {
-        self.read(move |conn| one(conn, sql::SELECT_RUN, [id.0], RunRow::from_sqlite))
+        self.point(move |conn| one(conn, sql::SELECT_RUN, [id.0], RunRow::from_sqlite))
             .await?
             .ok_or(StoreError::RunNotFound(id))
     }
 
     async fn unfinished_runs(&self) -> crate::Result<Vec<UnfinishedRun>> {
-        self.read(|conn| all(conn, sql::UNFINISHED_RUNS, [], UnfinishedRow::from_sqlite))
+        self.list(|conn| all(conn, sql::UNFINISHED_RUNS, [], UnfinishedRow::from_sqlite))
             .await
     }
 
@@ -286,7 +355,12 @@ impl StoreRead for SqliteStore {
         limit: u32,
     ) -> crate::Result<Vec<StoredEvent>> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        self.read(move |conn| {
+        let inline = if limit <= INLINE_EVENTS {
+            Inline::Try
+        } else {
+            Inline::Never
+        };
+        self.read(inline, move |conn| {
             let mut statement = conn.prepare_cached(sql::EVENTS_SINCE)?;
             let events = statement
                 .query_map(
@@ -306,11 +380,11 @@ impl StoreRead for SqliteStore {
 
     async fn document(&self, kind: &str, id: &str) -> crate::Result<Option<Document>> {
         let (kind, id) = (kind.to_owned(), id.to_owned());
-        self.read(move |conn| {
+        self.point(move |conn| {
             one(
                 conn,
                 sql::SELECT_DOCUMENT,
-                (kind, id),
+                (&kind, &id),
                 DocumentRow::from_sqlite,
             )
         })
@@ -319,10 +393,11 @@ impl StoreRead for SqliteStore {
 
     async fn blob(&self, sha256: &str) -> crate::Result<Option<Blob>> {
         let sha256 = sha256.to_owned();
-        self.read(move |conn| {
+        // A blob may be large: copied out on a blocking thread.
+        self.list(move |conn| {
             Ok(conn
                 .prepare_cached(sql::SELECT_BLOB)?
-                .query_row([sha256], |r| {
+                .query_row([&sha256], |r| {
                     Ok(Blob {
                         media_type: r.get(0)?,
                         bytes: r.get(1)?,
@@ -335,11 +410,11 @@ impl StoreRead for SqliteStore {
 
     async fn documents(&self, kind: &str) -> crate::Result<Vec<Document>> {
         let kind = kind.to_owned();
-        self.read(move |conn| {
+        self.list(move |conn| {
             all(
                 conn,
                 sql::SELECT_DOCUMENTS,
-                [kind],
+                [&kind],
                 DocumentRow::from_sqlite,
             )
         })
@@ -348,7 +423,7 @@ impl StoreRead for SqliteStore {
 
     async fn messages(&self, conversation: ConversationId) -> crate::Result<Vec<Message>> {
         let found = self
-            .read(move |conn| {
+            .list(move |conn| {
                 all(
                     conn,
                     sql::CONVERSATION_MESSAGES,
@@ -367,12 +442,12 @@ impl StoreRead for SqliteStore {
         document: &str,
     ) -> crate::Result<(Conversation, Option<Document>)> {
         let (kind, document) = (kind.to_owned(), document.to_owned());
-        self.read(move |conn| {
+        self.point(move |conn| {
             let conversation = get_conversation(conn, id)?;
             let document = one(
                 conn,
                 sql::SELECT_DOCUMENT,
-                (kind, document),
+                (&kind, &document),
                 DocumentRow::from_sqlite,
             )?;
             Ok((conversation, document))

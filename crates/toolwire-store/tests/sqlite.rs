@@ -163,6 +163,43 @@ async fn two_stores_on_one_file_write_at_once() {
     );
 }
 
+/// A write that finds the file's write lock taken by another process
+/// (here a plain connection in `BEGIN IMMEDIATE`) waits for it off the
+/// caller's thread: on a one-thread runtime, other tasks go on while it
+/// waits, and it is stored once the lock is given back.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_waiting_for_another_process_leaves_the_runtime_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locked.db");
+    let store = toolwire_store::open(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let writing = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .put_document("note", "a", &serde_json::json!({"n": 1}))
+                .await
+        }
+    });
+    // The runtime's one thread keeps running tasks while the write waits.
+    let mut ticks = 0;
+    while ticks < 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        ticks += 1;
+    }
+    assert!(
+        !writing.is_finished(),
+        "the write did not wait for the lock"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    writing.await.unwrap().unwrap();
+    let stored = store.document("note", "a").await.unwrap().unwrap();
+    assert_eq!(stored.body, serde_json::json!({"n": 1}));
+}
+
 /// A store on a new file in `dir`, and a second one on the same file (as
 /// another process would be).
 async fn two_stores(dir: &tempfile::TempDir) -> (String, Arc<dyn Store>, Arc<dyn Store>) {

@@ -57,6 +57,11 @@ pub(super) const LINE_ONLY_ROWS: &str =
 const LINE_COUNT: &str =
     "SELECT count(*), min(seq) FROM messages WHERE line = ?1 AND seq > ?2 AND seq <= ?3";
 
+/// [`LINE_COUNT`] from the line's start, counting no further than `?3`
+/// rows (a long line's count is not wanted, only that it is long).
+const LINE_COUNT_UPTO: &str = "SELECT count(*) FROM \
+    (SELECT 1 FROM messages WHERE line = ?1 AND seq <= ?2 LIMIT ?3)";
+
 /// The conversation of `leaf` and the lines its path crosses, root
 /// first, each with the seq of its last message on the path.
 pub(super) fn segments(tx: &Connection, leaf: MessageId) -> Result<(Uuid, Vec<(Uuid, i64)>)> {
@@ -85,16 +90,24 @@ pub(super) fn count(tx: &Connection, line: Uuid, after: i64, upto: i64) -> Resul
     Ok((usize::try_from(n).unwrap_or(0), first.unwrap_or(upto)))
 }
 
-/// The path along `segments`, read whole (nothing kept).
+/// The path along `segments`, read whole (nothing kept); `len` is its
+/// length when known.
 pub(super) fn read_segments(
     tx: &Connection,
     conversation: Uuid,
     segments: &[(Uuid, i64)],
+    len: Option<usize>,
 ) -> Result<Vec<Message>> {
-    let mut len = 0;
-    for &(line, upto) in segments {
-        len += count(tx, line, 0, upto)?.0;
-    }
+    let len = match len {
+        Some(len) => len,
+        None => {
+            let mut len = 0;
+            for &(line, upto) in segments {
+                len += count(tx, line, 0, upto)?.0;
+            }
+            len
+        }
+    };
     let mut path: Vec<Message> = Vec::with_capacity(len);
     for &(line, upto) in segments {
         let parent = path.last().map(|m| m.id.0);
@@ -152,7 +165,37 @@ pub(super) fn read_raw(tx: &Connection, ranges: &[Range], sink: &mut Sink) -> Re
 /// on on `tx` (the writer's).
 pub(super) fn read_path(tx: &Connection, leaf: MessageId) -> Result<Vec<Message>> {
     let (conversation, segments) = segments(tx, leaf)?;
-    read_segments(tx, conversation, &segments)
+    read_segments(tx, conversation, &segments, None)
+}
+
+/// The path to `leaf`, root first, read whole in the transaction going
+/// on on `tx` if it holds at most `most` messages and crosses no line
+/// that `kept` says is kept; `None` if not (nothing of it read but its
+/// lines and up to `most + 1` index entries).
+pub(super) fn short_path(
+    tx: &Connection,
+    leaf: MessageId,
+    most: usize,
+    kept: impl Fn(Uuid) -> bool,
+) -> Result<Option<Vec<Message>>> {
+    let (conversation, segments) = segments(tx, leaf)?;
+    if segments.iter().any(|&(line, _)| kept(line)) {
+        return Ok(None);
+    }
+    let mut len = 0;
+    for &(line, upto) in &segments {
+        // One more than is left, to tell "exactly" from "more".
+        let left = i64::try_from(most - len + 1).unwrap_or(i64::MAX);
+        let rows: i64 = tx
+            .prepare_cached(LINE_COUNT_UPTO)?
+            .query_row((line, upto, left), |r| r.get(0))?;
+        // A count is never negative.
+        len += usize::try_from(rows).unwrap_or(0);
+        if len > most {
+            return Ok(None);
+        }
+    }
+    read_segments(tx, conversation, &segments, Some(len)).map(Some)
 }
 
 /// The messages of `line` with `after < seq <= upto`, in order, each

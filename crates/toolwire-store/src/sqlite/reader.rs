@@ -1,4 +1,13 @@
 //! The file's own readers (rusqlite), and the lines of paths they keep.
+//!
+//! Two kinds of reader connection: those of paths read on blocking
+//! threads map the file (see [`READER_MMAP_SIZE`]); those of every other
+//! read (point reads, lists, short paths) read pages through their own
+//! cache. SQLite drops a connection's mapping — an `munmap`, and a TLB
+//! shootdown on the other cores — at the start of every read transaction
+//! that finds the WAL changed since its last one: under a steady stream
+//! of writes, every read. Only a long path's read gains more from the
+//! mapping than that costs.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -13,11 +22,22 @@ use uuid::Uuid;
 use super::BUSY_TIMEOUT;
 use super::lines::{Range, Row, count, read_raw, segments};
 use super::raw::{Decoded, Sink};
+use super::transaction::{Begin, configure, is_busy, transaction, without_waiting};
 use super::writer::{Stamp, Writer};
 use crate::Result;
 
-/// How much of the file a reader maps (address space, not memory).
+/// How much of the file a path's reader maps (address space, not
+/// memory).
 const READER_MMAP_SIZE: i64 = 1 << 28;
+
+/// What a reader connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Paths read on blocking threads: the file mapped.
+    Path,
+    /// Everything else: pages read into the connection's cache.
+    Other,
+}
 
 /// Reads at once (each on a blocking thread with a connection of its
 /// own); more wait for one of them as tasks. Their connections are kept
@@ -38,6 +58,8 @@ const KEPT_BYTES: usize = 32 << 20;
 #[derive(Debug)]
 pub(super) struct Readers {
     path: PathBuf,
+    /// Connections kept for reuse, for paths and for other reads.
+    idle_paths: Mutex<Vec<Connection>>,
     idle: Mutex<Vec<Connection>>,
     /// One permit per read going on (see [`READERS`]).
     slots: Arc<tokio::sync::Semaphore>,
@@ -54,6 +76,7 @@ impl Readers {
     pub(super) fn new(path: PathBuf, keep: bool) -> Readers {
         Readers {
             path,
+            idle_paths: Mutex::new(Vec::new()),
             idle: Mutex::new(Vec::new()),
             slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
             keep,
@@ -76,12 +99,17 @@ impl Readers {
         &self.path
     }
 
-    fn take(&self) -> Result<Connection> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+    fn idle(&self, to: Use) -> MutexGuard<'_, Vec<Connection>> {
+        match to {
+            Use::Path => &self.idle_paths,
+            Use::Other => &self.idle,
+        }
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, to: Use) -> Result<Connection> {
+        let idle = self.idle(to).pop();
         if let Some(conn) = idle {
             return Ok(conn);
         }
@@ -93,19 +121,29 @@ impl Readers {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        configure(&conn)?;
         conn.pragma_update(None, "query_only", true)?;
-        // Read the file through the OS's page cache, mapped, rather than
-        // copying pages into a per-connection cache (which a long path
-        // would overflow, and read again in full every time).
-        conn.pragma_update(None, "mmap_size", READER_MMAP_SIZE)?;
+        if to == Use::Path {
+            // Read the file through the OS's page cache, mapped, rather
+            // than copying pages into a per-connection cache (which a
+            // long path would overflow, and read again in full every
+            // time).
+            conn.pragma_update(None, "mmap_size", READER_MMAP_SIZE)?;
+        }
         Ok(conn)
     }
 
-    fn give_back(&self, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+    fn give_back(&self, to: Use, conn: Connection) {
+        let mut idle = self.idle(to);
         if idle.len() < READERS {
             idle.push(conn);
         }
+    }
+
+    /// Whether the paths crossing `line` are kept (they are long: read
+    /// on a blocking thread).
+    pub(super) fn keeps(&self, line: Uuid) -> bool {
+        self.keep && self.kept().lines.contains_key(&line)
     }
 
     fn kept(&self) -> MutexGuard<'_, Kept> {
@@ -113,22 +151,39 @@ impl Readers {
     }
 
     pub(super) fn close(&self) {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.idle(Use::Path).clear();
+        self.idle(Use::Other).clear();
         *self.kept() = Kept::default();
     }
 
     /// Runs `f` in one read transaction (one snapshot), blocking. A
     /// connection that failed is dropped rather than reused.
     pub(super) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut conn = self.take()?;
-        let tx = conn.transaction()?;
-        let value = f(&tx)?;
-        tx.commit()?;
-        self.give_back(conn);
+        let conn = self.take(Use::Other)?;
+        let value = transaction(&conn, Begin::Deferred, f)?;
+        self.give_back(Use::Other, conn);
         Ok(value)
+    }
+
+    /// Runs `f` in one read transaction here and now, if that can be done
+    /// without waiting: `None` when every read's turn is taken or no
+    /// connection is idle (opening one takes a while), or when SQLite
+    /// would have waited for another connection's lock (`f` is to be run
+    /// again where it may wait).
+    pub(super) fn now<T>(&self, f: &mut impl FnMut(&Connection) -> Result<T>) -> Option<Result<T>> {
+        let _turn = self.slots.try_acquire().ok()?;
+        let conn = self.idle(Use::Other).pop()?;
+        match without_waiting(&conn, |conn| transaction(conn, Begin::Deferred, &mut *f)) {
+            Ok(value) => {
+                self.give_back(Use::Other, conn);
+                Some(Ok(value))
+            }
+            Err(e) if is_busy(&e) => {
+                self.give_back(Use::Other, conn);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// The path to `leaf` (blocking), to be finished by
@@ -150,10 +205,24 @@ impl Readers {
         leaf: MessageId,
         sink: &mut Sink,
     ) -> Result<PathRead> {
-        let mut conn = self.take()?;
+        let conn = self.take(Use::Path)?;
         // One read transaction: one snapshot.
-        let tx = conn.transaction()?;
-        let ((conversation, segments), stamp) = writer.quiet(|| segments(&tx, leaf))?;
+        let read = transaction(&conn, Begin::Deferred, |tx| {
+            self.path_in(tx, writer, leaf, sink)
+        })?;
+        self.give_back(Use::Path, conn);
+        Ok(read)
+    }
+
+    /// [`Readers::path`] in its transaction, on `tx`.
+    fn path_in(
+        &self,
+        tx: &Connection,
+        writer: &Writer,
+        leaf: MessageId,
+        sink: &mut Sink,
+    ) -> Result<PathRead> {
+        let ((conversation, segments), stamp) = writer.quiet(|| segments(tx, leaf))?;
         let kept = stamp
             .filter(|_| self.keep)
             .and_then(|stamp| self.kept().lines(stamp, &segments));
@@ -162,7 +231,7 @@ impl Readers {
                 let mut ranges = Vec::with_capacity(segments.len());
                 let mut len = 0;
                 for &(line, upto) in &segments {
-                    let (rows, first) = count(&tx, line, 0, upto)?;
+                    let (rows, first) = count(tx, line, 0, upto)?;
                     len += rows;
                     ranges.push(Range {
                         line,
@@ -174,7 +243,7 @@ impl Readers {
                     });
                 }
                 sink.start(conversation, len);
-                read_raw(&tx, &ranges, sink)?;
+                read_raw(tx, &ranges, sink)?;
                 PathRead::Whole
             }
             Some((stamp, kept)) => {
@@ -202,7 +271,7 @@ impl Readers {
                     let kept_last = chunks.last().and_then(|c| c.last());
                     if kept_last.is_none_or(|r| r.seq < upto) {
                         let after = kept_last.map_or(0, |r| r.seq);
-                        let (fresh, first) = count(&tx, line, after, upto)?;
+                        let (fresh, first) = count(tx, line, after, upto)?;
                         part.fresh = fresh;
                         part.after = Some(after);
                         if part.fresh > 0 {
@@ -222,12 +291,10 @@ impl Readers {
                     parts.push(part);
                 }
                 sink.start(conversation, len);
-                read_raw(&tx, &ranges, sink)?;
+                read_raw(tx, &ranges, sink)?;
                 PathRead::Kept { stamp, parts }
             }
         };
-        tx.commit()?;
-        self.give_back(conn);
         Ok(read)
     }
 

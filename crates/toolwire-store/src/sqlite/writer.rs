@@ -1,14 +1,25 @@
-//! The writer: each write method is one transaction, run whole on one
-//! blocking thread (one hop per write, not one per statement), on the
-//! store's one writing connection. The SQL is [`crate::sql`]'s, shared with
-//! PostgreSQL.
+//! The writer: each write method is one transaction on the store's one
+//! writing connection, run whole in one place (not one hop per
+//! statement). Writers of this process wait for the connection as tasks,
+//! in turn (an async lock: no thread is held while they wait), and each
+//! runs its transaction on its own thread once it has the connection.
+//! The SQL is [`crate::sql`]'s, shared with PostgreSQL.
+//!
+//! A write run on the caller's thread never waits for SQLite: not for
+//! another process's writer (it fails at once with `SQLITE_BUSY` instead
+//! and is run again on a blocking thread, still holding the connection,
+//! where it waits as long as the busy timeout), nor for a checkpoint's
+//! `fsync` (the connection checkpoints nothing itself: once the WAL
+//! passes [`CHECKPOINT_PAGES`], a blocking thread checkpoints it on a
+//! connection of its own). Writes that may take long (a fork, a large
+//! blob) and the migrations run on a blocking thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::hooks::Action;
 use rusqlite::types::ToSql;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use toolwire_core::{
     AgentEvent, BlobRef, Conversation, ConversationId, InstanceId, Message, MessageId, RunId,
     StopReason, TreeError,
@@ -17,37 +28,43 @@ use uuid::Uuid;
 
 mod begin;
 
-use super::{BUSY_TIMEOUT, Location, blocking};
+use super::transaction::{Begin, configure, is_busy, transaction, without_waiting};
+use super::{BUSY_TIMEOUT, Inline, Location, blocking};
 use crate::rows::{self, InstanceRow, MessageValues, Ts};
 use crate::sql;
 use crate::{InstanceRecord, Result, StoreError};
 
+/// The WAL's size, in pages, past which a commit has it checkpointed
+/// (SQLite's own default for its automatic checkpoints).
+const CHECKPOINT_PAGES: i32 = 1000;
+
+/// Blobs larger than this are written on a blocking thread, never on the
+/// caller's (copying them into the page cache takes a while).
+const INLINE_BLOB_BYTES: usize = 64 << 10;
+
 /// The one connection our writes go through: writers of this process
 /// queue on its lock rather than on SQLite's (other processes' writers
 /// still wait for each other through the busy timeout).
-/// Writes on blocking threads at once: one with the connection, the
-/// rest waiting for it.
-const WRITERS_QUEUED: usize = 4;
-
 #[derive(Debug)]
 pub(in crate::sqlite) struct Writer {
     location: Location,
     /// Opened by [`Writer::migrate`]; a file's is opened again after a
     /// failure that left it in a transaction it could not roll back, or
     /// after [`Writer::close`]. An in-memory database's is the database.
-    conn: Mutex<Option<Connection>>,
+    conn: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// Whether the connection was ever opened (an in-memory database
     /// cannot be opened again).
     opened: AtomicBool,
-    /// Taken before a write goes to a blocking thread: beyond the few
-    /// writers queued at the connection (so that the next one starts
-    /// the moment it is free), writers wait here as tasks rather than
-    /// each on a blocking thread of its own (200 clients kept some 250
-    /// threads alive, most of them waiting for this one connection).
-    queued: Arc<tokio::sync::Semaphore>,
     /// Counts the connections opened and the changes made through them
     /// to stored messages other than inserts: see [`Stamp`].
     generation: Arc<AtomicU64>,
+    /// Set by a commit that left the WAL at [`CHECKPOINT_PAGES`] or
+    /// more; the write that sees it has the WAL checkpointed.
+    checkpoint_due: Arc<AtomicBool>,
+    /// A checkpoint is on its way (one at a time).
+    checkpointing: AtomicBool,
+    /// The file's checkpoints' own connection, opened by the first one.
+    checkpointer: Mutex<Option<Connection>>,
 }
 
 /// The state of the file as the writer sees it while it holds still
@@ -68,10 +85,12 @@ impl Writer {
     pub(in crate::sqlite) fn new(location: Location) -> Writer {
         Writer {
             location,
-            conn: Mutex::new(None),
+            conn: Arc::new(tokio::sync::Mutex::new(None)),
             opened: AtomicBool::new(false),
-            queued: Arc::new(tokio::sync::Semaphore::new(WRITERS_QUEUED)),
             generation: Arc::new(AtomicU64::new(0)),
+            checkpoint_due: Arc::new(AtomicBool::new(false)),
+            checkpointing: AtomicBool::new(false),
+            checkpointer: Mutex::new(None),
         }
     }
 
@@ -85,10 +104,8 @@ impl Writer {
         &self,
         f: impl FnOnce() -> Result<T>,
     ) -> Result<(T, Option<Stamp>)> {
-        let mut conn = match self.conn.try_lock() {
-            Ok(conn) => conn,
-            Err(TryLockError::Poisoned(conn)) => conn.into_inner(),
-            Err(TryLockError::WouldBlock) => return Ok((f()?, None)),
+        let Ok(mut conn) = self.conn.try_lock() else {
+            return Ok((f()?, None));
         };
         if conn.as_ref().is_some_and(|c| !c.is_autocommit()) {
             // Left in a transaction by a failure, for the next write
@@ -112,15 +129,19 @@ impl Writer {
         })
     }
 
-    pub(in crate::sqlite) fn close(&self) {
-        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    pub(in crate::sqlite) async fn close(&self) {
+        *self.conn.lock().await = None;
+        *self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn open(&self) -> Result<Connection> {
         let reopened = self.opened.swap(true, Ordering::SeqCst);
         let mut conn = match &self.location {
             Location::File(path) => {
-                let conn = Connection::open_with_flags(
+                let mut conn = Connection::open_with_flags(
                     path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE
                         | OpenFlags::SQLITE_OPEN_CREATE
@@ -134,11 +155,22 @@ impl Writer {
                 if !mode.eq_ignore_ascii_case("wal") {
                     tracing::warn!(mode, "the database file could not be put in WAL mode");
                 }
+                // In place of SQLite's automatic checkpoints, which run
+                // (and `fsync`) inside the commit that passes the size:
+                // see [`Writer::checkpoint_if_due`].
+                let due = Arc::clone(&self.checkpoint_due);
+                conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
+                    if pages >= CHECKPOINT_PAGES {
+                        due.store(true, Ordering::SeqCst);
+                    }
+                    Ok(())
+                }))?;
                 conn
             }
             Location::Memory if reopened => return Err(StoreError::Closed),
             Location::Memory => Connection::open_in_memory()?,
         };
+        configure(&conn)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         // Readers keep the messages they read while the stamp holds:
@@ -161,7 +193,7 @@ impl Writer {
         if stuck {
             let rolled_back = slot
                 .as_ref()
-                .is_some_and(|c| c.execute_batch("ROLLBACK").is_ok());
+                .is_some_and(|c| c.execute("ROLLBACK", []).is_ok());
             // A file's connection can be opened afresh; an in-memory
             // database's is the database, and its next transaction
             // fails instead.
@@ -180,7 +212,7 @@ impl Writer {
     pub(in crate::sqlite) async fn migrate(self: &Arc<Self>) -> Result<()> {
         let this = Arc::clone(self);
         blocking(move || {
-            let mut slot = this.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = this.conn.blocking_lock();
             let conn = this.ready(&mut slot)?;
             let migrated = super::migrate::run(conn);
             // A migration that failed half-way may have left them off.
@@ -190,45 +222,116 @@ impl Writer {
         .await
     }
 
-    /// Runs `f` in one transaction of `behavior` on the connection, on a
-    /// blocking thread; an error rolls it back.
+    /// Runs `f` in one transaction on the connection (an error rolls it
+    /// back), once the connection is this call's: on the caller's thread
+    /// when `inline` allows it and SQLite need not wait (see
+    /// [`Writer::now`]), else on a blocking thread.
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
-        behavior: TransactionBehavior,
-        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+        begin: Begin,
+        inline: Inline,
+        mut f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        // The semaphore is never closed: `None` cannot happen.
-        let queued = Arc::clone(&self.queued).acquire_owned().await.ok();
+        let mut slot = Arc::clone(&self.conn).lock_owned().await;
+        if inline == Inline::Try
+            && let Some(done) = Self::now(&mut slot, begin, &mut f)
+        {
+            drop(slot);
+            self.checkpoint_if_due();
+            return done;
+        }
         let this = Arc::clone(self);
-        blocking(move || {
-            // Given back with the connection, not when the caller
-            // wakes: the next writer's thread starts at once.
-            let _queued = queued;
-            let mut slot = this.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let done = blocking(move || {
             let conn = this.ready(&mut slot)?;
-            let tx = conn.transaction_with_behavior(behavior)?;
-            let value = f(&tx)?;
-            tx.commit()?;
-            Ok(value)
+            transaction(conn, begin, f)
         })
-        .await
+        .await;
+        self.checkpoint_if_due();
+        done
     }
 
-    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE` … `COMMIT`).
+    /// Runs `f` in one transaction on the connection in `slot` here and
+    /// now, if that can be done without waiting: `None` when the
+    /// connection is not open and ready (a failure left it in a
+    /// transaction), or when SQLite would have waited for another
+    /// process's lock (nothing is written then: the transaction rolled
+    /// back, and `f` is to be run again where it may wait).
+    fn now<T>(
+        slot: &mut Option<Connection>,
+        begin: Begin,
+        f: &mut impl FnMut(&Connection) -> Result<T>,
+    ) -> Option<Result<T>> {
+        let conn = slot.as_mut().filter(|c| c.is_autocommit())?;
+        match without_waiting(conn, |conn| transaction(conn, begin, &mut *f)) {
+            Err(e) if is_busy(&e) => None,
+            done => Some(done),
+        }
+    }
+
+    /// Has the WAL checkpointed on a blocking thread if a commit found it
+    /// past [`CHECKPOINT_PAGES`] and no checkpoint is on its way (a
+    /// commit after that one sets the flag again while the WAL stays
+    /// that long).
+    fn checkpoint_if_due(self: &Arc<Self>) {
+        if !self.checkpoint_due.swap(false, Ordering::SeqCst)
+            || self.checkpointing.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = this.checkpoint() {
+                tracing::warn!(error = %e, "checkpointing the database's WAL failed");
+            }
+            this.checkpointing.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// A passive checkpoint: the WAL's frames copied into the database
+    /// as far as no reader still needs them, writers going on meanwhile.
+    /// Another process's checkpoint going on makes it do nothing.
+    fn checkpoint(&self) -> Result<()> {
+        let Location::File(path) = &self.location else {
+            return Ok(());
+        };
+        let mut slot = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let conn = match slot.take() {
+            Some(conn) => conn,
+            None => Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?,
+        };
+        // Its columns: whether it could not run (busy), the WAL's
+        // frames, and how many of them are in the database now.
+        let _: (i64, i64, i64) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        *slot = Some(conn);
+        Ok(())
+    }
+
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE` … `COMMIT`),
+    /// on the caller's thread if it can be run there at once.
     async fn write<T: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+        f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.run(TransactionBehavior::Immediate, f).await
+        self.run(Begin::Immediate, Inline::Try, f).await
     }
 
-    /// Runs `f`, a read, in one transaction on the writer's connection
-    /// (an in-memory database has no other).
+    /// Runs `f` in one read transaction on the writer's connection (an
+    /// in-memory database has no other); on the caller's thread if
+    /// `inline` allows it and it can be run there at once.
     pub(in crate::sqlite) async fn read<T: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+        inline: Inline,
+        f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.run(TransactionBehavior::Deferred, f).await
+        self.run(Begin::Deferred, inline, f).await
     }
 
     pub(in crate::sqlite) async fn delete_document(
@@ -258,7 +361,12 @@ impl Writer {
             bytes.to_vec(),
         );
         let now = Ts::now();
-        self.write(move |tx| {
+        let inline = if bytes.len() <= INLINE_BLOB_BYTES {
+            Inline::Try
+        } else {
+            Inline::Never
+        };
+        self.run(Begin::Immediate, inline, move |tx| {
             tx.prepare_cached(sql::PUT_BLOB)?
                 .execute(numbered(&[&hash, &media_type, &bytes, &now]).as_slice())?;
             Ok(())
@@ -322,7 +430,7 @@ impl Writer {
         self.write(move |tx| {
             insert_conversation(tx, &conversation)?;
             insert_message(tx, &root)?;
-            Ok(conversation)
+            Ok(conversation.clone())
         })
         .await
     }
@@ -409,7 +517,8 @@ impl Writer {
     }
 
     pub(in crate::sqlite) async fn fork(self: &Arc<Self>, at: MessageId) -> Result<Conversation> {
-        self.write(move |tx| {
+        // A whole path copied: not on the caller's thread.
+        self.run(Begin::Immediate, Inline::Never, move |tx| {
             let path = super::lines::read_path(tx, at)?;
             let source = path
                 .first()
@@ -593,13 +702,7 @@ fn content_json(m: &Message) -> Result<String> {
 
 /// Each event's type and JSON, as they are stored.
 fn event_rows(events: &[AgentEvent]) -> Result<Vec<(String, String)>> {
-    events
-        .iter()
-        .map(|event| {
-            let (kind, payload) = rows::event_json(event)?;
-            Ok((kind, payload.to_string()))
-        })
-        .collect()
+    events.iter().map(rows::event_text).collect()
 }
 
 fn insert_conversation(tx: &Connection, c: &Conversation) -> Result<()> {
