@@ -346,7 +346,11 @@ async fn requests_arriving_as_the_server_stops_are_refused_not_cut() {
         let (head, _) = read_raw(tcp).await.unwrap();
         assert!(head.starts_with("http/1.1 200"), "{head}");
     }
-    send_raw(&mut half, &format!("GET /v1/agents HTTP/1.1\r\nHost: {addr}\r\n")).await;
+    send_raw(
+        &mut half,
+        &format!("GET /v1/agents HTTP/1.1\r\nHost: {addr}\r\n"),
+    )
+    .await;
     // The kernel completes this one's handshake; at the cap the server
     // does not take it, so its request waits unread.
     let mut queued = tokio::net::TcpStream::connect(&addr).await.unwrap();
