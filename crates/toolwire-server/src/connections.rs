@@ -35,8 +35,9 @@
 //! `Retry-After` and `Connection: close` (its body read first, so that
 //! closing does not reset the connection under the answer); a request
 //! being answered finishes; a kept-alive connection waiting for its next
-//! request gets [`DRAIN_IDLE`] for one already on its way, then closes; a
-//! connection with part of a request's head read keeps its head deadline.
+//! request (or a new one that has sent nothing yet) gets [`DRAIN_IDLE`]
+//! for one already on its way, then closes; a connection with part of a
+//! request's head read keeps its head deadline.
 //! Connections the kernel has accepted but this process has not yet taken
 //! (at the cap, or arriving as the loop stops) are taken before the
 //! listener closes and answered the same way: closing a listener resets
@@ -82,7 +83,8 @@ pub struct Limits {
 }
 
 /// While stopping, how long a kept-alive connection with no request
-/// under way is kept open for one already sent (it is answered 503); a
+/// under way, or a new one with no byte sent, is kept open for a request
+/// already sent (it is answered 503); a
 /// request on its way when the server stopped arrives within this on any
 /// network a server is stopped on, and a client starting one later sees
 /// the connection closed before it wrote, which HTTP clients retry.
@@ -481,6 +483,8 @@ pub struct Timed {
     draining: Arc<AtomicBool>,
     /// This connection has seen `draining` (its idle deadline shortened).
     drained: bool,
+    /// A byte has been read on this connection.
+    heard: bool,
     /// `None` for a connection taken from the queue while stopping.
     _permit: Option<OwnedSemaphorePermit>,
 }
@@ -502,6 +506,7 @@ impl Timed {
             deadline: Box::pin(tokio::time::sleep(limits.header_timeout)),
             draining,
             drained: false,
+            heard: false,
             _permit: permit,
         }
     }
@@ -515,12 +520,20 @@ impl Timed {
         }
     }
 
+    /// No request under way and no byte of one read.
+    fn waiting_for_nothing(&self) -> bool {
+        self.phase == Phase::Idle || (self.phase == Phase::Head && !self.heard)
+    }
+
     /// The phase the requests say the connection is in.
     fn update_phase(&mut self) {
         if !self.drained && self.draining.load(Ordering::Acquire) {
             self.drained = true;
-            // Idle now: what remains of its idle spell, at most the drain's.
-            if self.phase == Phase::Idle {
+            // Idle now, or never sent a byte: what remains of its spell, at
+            // most the drain's (a request on its way arrives within it; a
+            // connection opened ahead of need, as browsers do, must not hold
+            // the shutdown for `header_timeout`).
+            if self.waiting_for_nothing() {
                 let due = self.deadline.deadline().min(Instant::now() + DRAIN_IDLE);
                 self.deadline.as_mut().reset(due);
             }
@@ -551,6 +564,7 @@ impl AsyncRead for Timed {
         if this.activity.upgraded.load(Ordering::Acquire) {
             return read;
         }
+        this.heard |= buf.filled().len() > before;
         this.update_phase();
         match read {
             Poll::Ready(Ok(())) if buf.filled().len() > before && this.phase == Phase::Idle => {
@@ -573,7 +587,9 @@ impl AsyncRead for Timed {
                     return Poll::Pending;
                 }
                 let (what, limit) = match this.phase {
-                    Phase::Idle if this.drained => ("the drain", this.idle_limit()),
+                    _ if this.drained && this.waiting_for_nothing() => {
+                        ("the drain", this.idle_limit())
+                    }
                     Phase::Idle => ("idle_timeout_secs", this.limits.idle_timeout),
                     _ => ("header_timeout_secs", this.limits.header_timeout),
                 };
