@@ -130,7 +130,7 @@ async fn attempt(http: &reqwest::Client, url: &str, text: &str, counts: &Counts)
         Err(e) if e.is_connect() => return Attempt::Unreachable,
         // The request may or may not have reached the server: the
         // connection broke before an answer.
-        Err(e) => return Attempt::Unknown(format!("sending: {e}")),
+        Err(e) => return Attempt::Unknown(format!("sending: {}", causes(&e))),
     };
     let status = response.status();
     if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
@@ -171,6 +171,19 @@ async fn attempt(http: &reqwest::Client, url: &str, text: &str, counts: &Counts)
         _ if interrupted => Attempt::Cut,
         other => Attempt::Other(format!("stream ended with stop_reason {other:?}")),
     }
+}
+
+/// An error with its causes (reqwest's own words omit them: whether the
+/// connection was reset or closed is in the last).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// What one client was told.

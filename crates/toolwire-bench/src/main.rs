@@ -255,6 +255,11 @@ enum Command {
         /// same mock model.
         #[arg(long)]
         kelpie: Option<std::path::PathBuf>,
+        /// Kelpie's log filter (its RUST_LOG): warn, as toolwire logs by
+        /// default; Kelpie's own default is "info,tower_http=debug", a few
+        /// lines per request.
+        #[arg(long, default_value = "warn", value_name = "FILTER")]
+        kelpie_log: String,
         /// Agents, all sending at once.
         #[arg(long, default_value_t = 50)]
         agents: usize,
@@ -449,6 +454,7 @@ async fn main() -> Result<()> {
         Command::PlainLoad {
             toolwire,
             kelpie,
+            kelpie_log,
             agents,
             messages,
             model_delay_ms,
@@ -459,6 +465,7 @@ async fn main() -> Result<()> {
             plain_load::plain_load(plain_load::Options {
                 toolwire,
                 kelpie,
+                kelpie_log,
                 agents,
                 messages,
                 model_delay: Duration::from_millis(model_delay_ms),

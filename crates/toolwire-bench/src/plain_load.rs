@@ -37,6 +37,8 @@ pub struct Options {
     pub toolwire: Vec<PathBuf>,
     /// A Kelpie server binary to measure beside them.
     pub kelpie: Option<PathBuf>,
+    /// Kelpie's `RUST_LOG`.
+    pub kelpie_log: String,
     pub agents: usize,
     pub messages: usize,
     pub model_delay: Duration,
@@ -298,6 +300,13 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The last lines of a log file.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
 /// One run against a fresh Kelpie server (everything in memory).
 async fn kelpie_run(
     http: &reqwest::Client,
@@ -307,18 +316,23 @@ async fn kelpie_run(
 ) -> Result<Figures> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let port = free_port()?;
+    // Its log, for when it fails to start or answer.
+    let log_path = dir.path().join("kelpie.log");
+    let log = std::fs::File::create(&log_path).context("creating Kelpie's log file")?;
     let mut command = Command::new(kelpie);
     command
-        .args(["--bind", &format!("127.0.0.1:{port}")])
+        // In memory, explicitly: without it Kelpie looks for a
+        // FoundationDB cluster file in the usual places.
+        .args(["--bind", &format!("127.0.0.1:{port}"), "--memory-only"])
         .current_dir(dir.path())
         .env("OPENAI_API_KEY", "plain-load")
         .env("OPENAI_BASE_URL", format!("{}/v1", model.url))
         .env("KELPIE_MODEL", "plain-load")
         .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("RUST_LOG")
+        .env("RUST_LOG", &o.kelpie_log)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .kill_on_drop(true);
     let mut child: Child = command
         .spawn()
@@ -328,7 +342,10 @@ async fn kelpie_run(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = child.try_wait()? {
-            bail!("Kelpie exited ({status}) before it answered");
+            bail!(
+                "Kelpie exited ({status}) before it answered; its log ends:\n{}",
+                log_tail(&log_path)
+            );
         }
         match http.get(format!("{base}/health")).send().await {
             Ok(r) if r.status().is_success() => break,
@@ -375,7 +392,7 @@ pub async fn plain_load(o: Options) -> Result<()> {
         println!("toolwire#{i} = {}", t.display());
     }
     if let Some(k) = &o.kelpie {
-        println!("kelpie     = {}", k.display());
+        println!("kelpie     = {} (RUST_LOG={})", k.display(), o.kelpie_log);
     }
     let mut failed = false;
     for round in 1..=o.rounds {

@@ -4,6 +4,8 @@
 //! running turn's messages are stored (the cut ones marked interrupted),
 //! each stream ends with an event that says so, the process exits within
 //! the grace and a margin, and after a restart the conversations go on.
+//! Requests that arrive as it stops, on a kept-alive connection or waiting
+//! in the kernel's accept queue, are refused with 503, never cut.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -36,6 +38,10 @@ struct Serve {
 }
 
 async fn serve(dir: &Path) -> Serve {
+    serve_with(dir, &[]).await
+}
+
+async fn serve_with(dir: &Path, extra: &[&std::ffi::OsStr]) -> Serve {
     std::fs::write(dir.join("slow.yaml"), SLOW_SCRIPT).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolwire"));
     command
@@ -48,6 +54,7 @@ async fn serve(dir: &Path) -> Serve {
         .arg("--workspace")
         .arg(dir)
         .args(["--shutdown-grace-secs", &GRACE_SECS.to_string()])
+        .args(extra)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -271,4 +278,115 @@ async fn sigterm_refuses_new_turns_stores_running_ones_and_ends_their_streams() 
         !late.to_string().contains("too late"),
         "a refused message was stored: {late}"
     );
+}
+
+/// Writes `request` on a raw connection.
+async fn send_raw(tcp: &mut tokio::net::TcpStream, request: &str) {
+    use tokio::io::AsyncWriteExt;
+    tcp.write_all(request.as_bytes()).await.unwrap();
+}
+
+/// One response's head (lowercased) and body from a raw connection: the
+/// body by its Content-Length; an error or the connection's end before
+/// a whole response is `Err` with what came.
+async fn read_raw(tcp: &mut tokio::net::TcpStream) -> Result<(String, String), String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if got.len() >= end + 4 + length {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + length]).into_owned();
+                return Ok((head, body));
+            }
+        }
+        match tcp.read(&mut buffer).await {
+            Ok(0) => return Err(format!("the connection ended after {text:?}")),
+            Ok(n) => got.extend_from_slice(&buffer[..n]),
+            Err(e) => return Err(format!("{e} after {text:?}")),
+        }
+    }
+}
+
+/// A refusal while stopping: 503 saying when to come back, connection
+/// closed after it.
+fn assert_refused(what: &str, answer: Result<(String, String), String>) {
+    let (head, body) =
+        answer.unwrap_or_else(|e| panic!("{what}: no answer, the connection broke: {e}"));
+    assert!(head.starts_with("http/1.1 503"), "{what}: {head}");
+    assert!(head.contains("retry-after:"), "{what}: {head}");
+    assert!(head.contains("connection: close"), "{what}: {head}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["code"], "SHUTTING_DOWN", "{what}: {body}");
+}
+
+#[tokio::test]
+async fn requests_arriving_as_the_server_stops_are_refused_not_cut() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Two connections at most: a third waits in the kernel's queue.
+    let config = dir.path().join("toolwire.toml");
+    std::fs::write(&config, "max_connections = 2\n").unwrap();
+    let mut s = serve_with(dir.path(), &["--config".as_ref(), config.as_os_str()]).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let get = format!("GET /v1/agents HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+
+    // Two kept-alive connections, each after one answered request: `half`
+    // then sends half of its next request's head; `idle` sends nothing.
+    let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    for tcp in [&mut half, &mut idle] {
+        send_raw(tcp, &get).await;
+        let (head, _) = read_raw(tcp).await.unwrap();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+    }
+    send_raw(
+        &mut half,
+        &format!("GET /v1/agents HTTP/1.1\r\nHost: {addr}\r\n"),
+    )
+    .await;
+    // The kernel completes this one's handshake; at the cap the server
+    // does not take it, so its request waits unread.
+    let mut queued = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    send_raw(&mut queued, &get).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // No turn runs: the server stops taking requests at once.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(s.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+
+    // The queued request is taken and refused, not reset with the
+    // listener.
+    let answer = tokio::time::timeout(Duration::from_secs(20), read_raw(&mut queued))
+        .await
+        .expect("the queued request got nothing within 20 s");
+    assert_refused("the request in the accept queue", answer);
+    // The idle kept-alive connection is closed (well before its 30 s idle
+    // timeout), which also says the server is stopping.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), idle.read_to_end(&mut rest))
+        .await
+        .expect("the idle connection was not closed within 20 s");
+    assert!(
+        closed.is_ok() && rest.is_empty(),
+        "the idle connection got {rest:?} ({closed:?})"
+    );
+    // The half-sent request, completed now, is answered: refused.
+    send_raw(&mut half, "\r\n").await;
+    let answer = tokio::time::timeout(Duration::from_secs(20), read_raw(&mut half))
+        .await
+        .expect("the half-sent request got nothing within 20 s");
+    assert_refused("the request half sent on a kept-alive connection", answer);
+
+    let status = tokio::time::timeout(Duration::from_secs(20), s.child.wait())
+        .await
+        .expect("the server did not exit within 20 s")
+        .unwrap();
+    assert!(status.success(), "{status}");
 }

@@ -29,6 +29,20 @@
 //! and are taken as open ones close (the deadlines see to it that idle
 //! and stalled ones do). Accepting and closing them instead would turn a
 //! burst of honest clients into errors.
+//!
+//! Stopping (once `shutdown` resolves) drains rather than drops: every
+//! request whose head arrives from then on is answered 503 with
+//! `Retry-After` and `Connection: close` (its body read first, so that
+//! closing does not reset the connection under the answer); a request
+//! being answered finishes; a kept-alive connection waiting for its next
+//! request (or a new one that has sent nothing yet) gets [`DRAIN_IDLE`]
+//! for one already on its way, then closes; a connection with part of a
+//! request's head read keeps its head deadline.
+//! Connections the kernel has accepted but this process has not yet taken
+//! (at the cap, or arriving as the loop stops) are taken before the
+//! listener closes and answered the same way: closing a listener resets
+//! every connection left in its queue, which a client sees as a request
+//! broken mid-way rather than as a refusal it can act on.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -63,12 +77,24 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
     pub idle_timeout: Duration,
+    /// The most of a request's body read before it is refused while
+    /// stopping.
+    pub body_limit: usize,
 }
 
+/// While stopping, how long a kept-alive connection with no request
+/// under way, or a new one with no byte sent, is kept open for a request
+/// already sent (it is answered 503); a
+/// request on its way when the server stopped arrives within this on any
+/// network a server is stopped on, and a client starting one later sees
+/// the connection closed before it wrote, which HTTP clients retry.
+pub const DRAIN_IDLE: Duration = Duration::from_millis(500);
+
 /// Serves `app` on `listener` within `limits` until `shutdown` resolves,
-/// then stops accepting, lets each connection finish the request it is
-/// answering (a kept-alive one closes once it has), and returns when all
-/// have closed. An upgraded connection is the upgrade's to end.
+/// then stops accepting and drains (see the module's words): each
+/// request that arrives from then on is refused with 503, those being
+/// answered finish, and it returns when every connection has closed. An
+/// upgraded connection is the upgrade's to end.
 pub async fn serve<S>(
     listener: TcpListener,
     app: S,
@@ -83,14 +109,31 @@ pub async fn serve<S>(
     S::Future: Send + 'static,
 {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    // Dropping the receiver tells every connection (`closed()`).
+    let draining = Arc::new(AtomicBool::new(false));
+    // Dropping the receiver tells every connection (`closed()`), after
+    // `draining` is set: a connection woken by it sees the flag.
     let (signal_tx, signal_rx) = watch::channel(());
-    tokio::spawn(async move {
-        shutdown.await;
-        drop(signal_rx);
-    });
+    {
+        let draining = draining.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            draining.store(true, Ordering::Release);
+            drop(signal_rx);
+        });
+    }
     // Each connection holds a receiver; all dropped: all closed.
     let (close_tx, close_rx) = watch::channel(());
+    let spawn = |tcp: TcpStream, permit: Option<OwnedSemaphorePermit>| {
+        tokio::spawn(connection(
+            tcp,
+            permit,
+            app.clone(),
+            limits,
+            draining.clone(),
+            signal_tx.clone(),
+            close_rx.clone(),
+        ));
+    };
     loop {
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => match permit {
@@ -109,55 +152,148 @@ pub async fn serve<S>(
             },
             () = signal_tx.closed() => break,
         };
-        // TCP_NODELAY: a stream's events are small writes, and with
-        // Nagle's algorithm each one after the first waited for the
-        // client's ACK, which a client delays by up to 40 ms.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        let app = app.clone();
-        let signal = signal_tx.clone();
-        let close = close_rx.clone();
-        tokio::spawn(async move {
-            let activity = Arc::new(Activity::default());
-            let io = TokioIo::new(Timed::new(tcp, permit, activity.clone(), limits));
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let app = app.clone();
-                let busy = Busy::begin(activity.clone());
-                let timed_out = Arc::new(AtomicBool::new(false));
-                let request = request.map(|body| {
-                    Body::new(Deadlined::new(body, limits.body_timeout, timed_out.clone()))
-                });
-                async move {
-                    let Ok(mut response) = app.oneshot(request).await;
-                    // The handler failed reading the body (in its own
-                    // words): the answer says why.
-                    if timed_out.load(Ordering::Acquire) {
-                        response = body_timed_out(limits.body_timeout);
-                    }
-                    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                        busy.activity.upgraded.store(true, Ordering::Release);
-                    }
-                    Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
-                }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .with_upgrades();
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => finished(result),
-                () = signal.closed() => {
-                    connection.as_mut().graceful_shutdown();
-                    finished(connection.await);
-                }
-            }
-            drop(close);
-        });
+        spawn(tcp, Some(permit));
+    }
+    // What the kernel accepted and the loop did not take, taken now (over
+    // the cap: each is answered 503 and closed at once); the listener
+    // closes right after, so what connects later is refused at connect.
+    for tcp in take_queued(listener) {
+        spawn(tcp, None);
     }
     drop(close_rx);
-    drop(listener);
     close_tx.closed().await;
+}
+
+/// The connections waiting in `listener`'s accept queue, taken without
+/// waiting; then the listener is closed.
+fn take_queued(listener: TcpListener) -> Vec<TcpStream> {
+    let mut taken = Vec::new();
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not take the queued connections before closing");
+            return taken;
+        }
+    };
+    loop {
+        match listener.accept() {
+            Ok((tcp, _)) => {
+                match tcp
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(tcp))
+                {
+                    Ok(tcp) => taken.push(tcp),
+                    Err(e) => tracing::debug!(error = %e, "a queued connection was lost"),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+                ) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "taking the queued connections before closing");
+                break;
+            }
+        }
+    }
+    if !taken.is_empty() {
+        tracing::debug!(
+            connections = taken.len(),
+            "queued connections taken to be refused"
+        );
+    }
+    taken
+}
+
+/// One connection, served until it closes; while stopping, its requests
+/// are refused (see the module's words).
+async fn connection<S>(
+    tcp: TcpStream,
+    permit: Option<OwnedSemaphorePermit>,
+    app: S,
+    limits: Limits,
+    draining: Arc<AtomicBool>,
+    signal: watch::Sender<()>,
+    close: watch::Receiver<()>,
+) where
+    S: tower::Service<Request, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    // TCP_NODELAY: a stream's events are small writes, and with Nagle's
+    // algorithm each one after the first waited for the client's ACK,
+    // which a client delays by up to 40 ms.
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+    }
+    let activity = Arc::new(Activity::default());
+    let io = TokioIo::new(Timed::new(
+        tcp,
+        permit,
+        activity.clone(),
+        limits,
+        draining.clone(),
+    ));
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let app = app.clone();
+        let busy = Busy::begin(activity.clone());
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let request = request
+            .map(|body| Body::new(Deadlined::new(body, limits.body_timeout, timed_out.clone())));
+        let stopping = draining.load(Ordering::Acquire);
+        async move {
+            let mut response = if stopping {
+                refuse_stopping(request, limits.body_limit).await
+            } else {
+                let Ok(response) = app.oneshot(request).await;
+                response
+            };
+            // The handler failed reading the body (in its own words): the
+            // answer says why.
+            if timed_out.load(Ordering::Acquire) {
+                response = body_timed_out(limits.body_timeout);
+            }
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                busy.activity.upgraded.store(true, Ordering::Release);
+            }
+            Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .with_upgrades();
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => finished(result),
+        // Not hyper's `graceful_shutdown`: it closes a kept-alive
+        // connection at once, even one with part of a request read. Polled
+        // again, the connection's reads see `draining` (a kept-alive one
+        // gets `DRAIN_IDLE`), and each answer from here on closes it.
+        () = signal.closed() => finished(connection.await),
+    }
+    drop(close);
+}
+
+/// A request that arrived while stopping: 503, nothing of it kept. The
+/// body is read first (up to `limit`): closing a socket with unread bytes
+/// sends a reset, which can reach the client before the answer does.
+async fn refuse_stopping(request: Request, limit: usize) -> Response {
+    use axum::response::IntoResponse;
+    let _ = axum::body::to_bytes(request.into_body(), limit).await;
+    let mut response = crate::ApiError::shutting_down(
+        "the server is stopping; nothing of this request was kept: send it again once it is back",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn finished(result: Result<(), hyper::Error>) {
@@ -343,15 +479,23 @@ pub struct Timed {
     /// `activity.answered` when the phase was last decided.
     answered: u64,
     deadline: Pin<Box<Sleep>>,
-    _permit: OwnedSemaphorePermit,
+    /// Set once the server is stopping (shared by all connections).
+    draining: Arc<AtomicBool>,
+    /// This connection has seen `draining` (its idle deadline shortened).
+    drained: bool,
+    /// A byte has been read on this connection.
+    heard: bool,
+    /// `None` for a connection taken from the queue while stopping.
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Timed {
     fn new(
         tcp: TcpStream,
-        permit: OwnedSemaphorePermit,
+        permit: Option<OwnedSemaphorePermit>,
         activity: Arc<Activity>,
         limits: Limits,
+        draining: Arc<AtomicBool>,
     ) -> Timed {
         Timed {
             tcp,
@@ -360,12 +504,40 @@ impl Timed {
             phase: Phase::Head,
             answered: 0,
             deadline: Box::pin(tokio::time::sleep(limits.header_timeout)),
+            draining,
+            drained: false,
+            heard: false,
             _permit: permit,
         }
     }
 
+    /// How long a kept-alive connection may wait for its next request now.
+    fn idle_limit(&self) -> Duration {
+        if self.drained {
+            self.limits.idle_timeout.min(DRAIN_IDLE)
+        } else {
+            self.limits.idle_timeout
+        }
+    }
+
+    /// No request under way and no byte of one read.
+    fn waiting_for_nothing(&self) -> bool {
+        self.phase == Phase::Idle || (self.phase == Phase::Head && !self.heard)
+    }
+
     /// The phase the requests say the connection is in.
     fn update_phase(&mut self) {
+        if !self.drained && self.draining.load(Ordering::Acquire) {
+            self.drained = true;
+            // Idle now, or never sent a byte: what remains of its spell, at
+            // most the drain's (a request on its way arrives within it; a
+            // connection opened ahead of need, as browsers do, must not hold
+            // the shutdown for `header_timeout`).
+            if self.waiting_for_nothing() {
+                let due = self.deadline.deadline().min(Instant::now() + DRAIN_IDLE);
+                self.deadline.as_mut().reset(due);
+            }
+        }
         if self.activity.in_flight.load(Ordering::Acquire) > 0 {
             self.phase = Phase::Busy;
             return;
@@ -374,9 +546,8 @@ impl Timed {
         if self.phase == Phase::Busy || answered != self.answered {
             self.answered = answered;
             self.phase = Phase::Idle;
-            self.deadline
-                .as_mut()
-                .reset(Instant::now() + self.limits.idle_timeout);
+            let limit = self.idle_limit();
+            self.deadline.as_mut().reset(Instant::now() + limit);
         }
     }
 }
@@ -393,6 +564,7 @@ impl AsyncRead for Timed {
         if this.activity.upgraded.load(Ordering::Acquire) {
             return read;
         }
+        this.heard |= buf.filled().len() > before;
         this.update_phase();
         match read {
             Poll::Ready(Ok(())) if buf.filled().len() > before && this.phase == Phase::Idle => {
@@ -415,6 +587,9 @@ impl AsyncRead for Timed {
                     return Poll::Pending;
                 }
                 let (what, limit) = match this.phase {
+                    _ if this.drained && this.waiting_for_nothing() => {
+                        ("the drain", this.idle_limit())
+                    }
                     Phase::Idle => ("idle_timeout_secs", this.limits.idle_timeout),
                     _ => ("header_timeout_secs", this.limits.header_timeout),
                 };

@@ -12,6 +12,9 @@ use toolwire_store::StoreError;
 /// again: about what a restart takes.
 pub const SHUTDOWN_RETRY_AFTER_SECS: u16 = 5;
 
+/// The code of a refusal while the server stops.
+const SHUTTING_DOWN: &str = "SHUTTING_DOWN";
+
 /// An API error.
 #[derive(Debug)]
 pub struct ApiError {
@@ -61,7 +64,7 @@ impl ApiError {
     pub fn shutting_down(message: impl Into<String>) -> Self {
         ApiError {
             retry_after: Some(SHUTDOWN_RETRY_AFTER_SECS),
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN", message)
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, SHUTTING_DOWN, message)
         }
     }
 
@@ -85,7 +88,8 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A refusal while stopping is the shutdown working, not a failure.
+        if self.status.is_server_error() && self.code != SHUTTING_DOWN {
             tracing::error!(code = self.code, message = %self.message, "request failed");
         } else {
             tracing::debug!(status = self.status.as_u16(), code = self.code, message = %self.message, "request refused");

@@ -136,6 +136,7 @@ pub async fn serve(
         header_timeout: settings.header_timeout,
         body_timeout: settings.body_timeout,
         idle_timeout: settings.idle_timeout,
+        body_limit: settings.body_limit,
     };
     if let Err(e) = agents::index_owners(&state).await {
         tracing::warn!(error = %e.message, "indexing the agents' conversations");
