@@ -85,6 +85,10 @@ impl MockServer {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
+                // As the real APIs' servers do: on a kept connection, an
+                // answer's last small write (the body's end) would
+                // otherwise wait for the client's delayed ACK (Nagle).
+                let _ = socket.set_nodelay(true);
                 let (replies, next, log) = (replies.clone(), next.clone(), log.clone());
                 tokio::spawn(async move {
                     let _ = serve(socket, &replies, &next, &log).await;
