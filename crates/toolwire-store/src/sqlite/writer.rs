@@ -443,18 +443,8 @@ impl Writer {
         let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
         let message = message.clone();
         let events = event_rows(events)?;
-        self.write(move |tx| {
-            let parent_conversation: Option<Uuid> = tx
-                .prepare_cached(sql::MESSAGE_CONVERSATION)?
-                .query_row(numbered(&[&parent.0]).as_slice(), |r| r.get(0))
-                .optional()?;
-            sql::check_parent(&message, parent, parent_conversation)?;
-            tx.prepare_cached(sql::SET_ACTIVE_LEAF)?
-                .execute(numbered(&[&message.conversation_id.0, &message.id.0]).as_slice())?;
-            insert_message(tx, &message)?;
-            insert_events(tx, message.conversation_id, &events)
-        })
-        .await
+        self.write(move |tx| append_on_path(tx, &message, parent, &events))
+            .await
     }
 
     pub(in crate::sqlite) async fn update(self: &Arc<Self>, message: &Message) -> Result<()> {
@@ -591,16 +581,8 @@ impl Writer {
         owner: InstanceId,
     ) -> Result<()> {
         let now = Ts::now();
-        self.write(move |tx| {
-            let inserted = tx
-                .prepare_cached(sql::START_RUN)?
-                .execute(numbered(&[&id.0, &conversation.0, &now, &owner.0]).as_slice())?;
-            if inserted == 0 {
-                return Err(StoreError::ConversationNotFound(conversation));
-            }
-            Ok(())
-        })
-        .await
+        self.write(move |tx| insert_run(tx, id, conversation, owner, &now))
+            .await
     }
 
     pub(in crate::sqlite) async fn finish_run(
@@ -660,6 +642,42 @@ impl Writer {
         self.write(move |tx| insert_events(tx, conversation, &events))
             .await
     }
+}
+
+/// A new run of `conversation`, owned by `owner`.
+fn insert_run(
+    tx: &Connection,
+    id: RunId,
+    conversation: ConversationId,
+    owner: InstanceId,
+    now: &Ts,
+) -> Result<()> {
+    let inserted = tx
+        .prepare_cached(sql::START_RUN)?
+        .execute(numbered(&[&id.0, &conversation.0, now, &owner.0]).as_slice())?;
+    if inserted == 0 {
+        return Err(StoreError::ConversationNotFound(conversation));
+    }
+    Ok(())
+}
+
+/// `message` (whose parent is `parent`) stored as its conversation's new
+/// active leaf, with `events` after it; their sequence numbers.
+fn append_on_path(
+    tx: &Connection,
+    message: &Message,
+    parent: MessageId,
+    events: &[(String, String)],
+) -> Result<Vec<u64>> {
+    let parent_conversation: Option<Uuid> = tx
+        .prepare_cached(sql::MESSAGE_CONVERSATION)?
+        .query_row(numbered(&[&parent.0]).as_slice(), |r| r.get(0))
+        .optional()?;
+    sql::check_parent(message, parent, parent_conversation)?;
+    tx.prepare_cached(sql::SET_ACTIVE_LEAF)?
+        .execute(numbered(&[&message.conversation_id.0, &message.id.0]).as_slice())?;
+    insert_message(tx, message)?;
+    insert_events(tx, message.conversation_id, events)
 }
 
 fn finish_run(

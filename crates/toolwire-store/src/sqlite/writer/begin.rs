@@ -4,14 +4,12 @@
 
 use std::sync::Arc;
 
-use rusqlite::OptionalExtension;
 use toolwire_core::{AgentEvent, InstanceId, Message, RunId, TreeError};
-use uuid::Uuid;
 
-use super::{Writer, event_rows, insert_events, insert_message, numbered};
+use super::{Writer, append_on_path, event_rows, insert_run, numbered};
+use crate::Result;
 use crate::rows::Ts;
 use crate::sql;
-use crate::{Result, StoreError};
 
 impl Writer {
     /// [`crate::Store::start_run_with_message`].
@@ -33,21 +31,8 @@ impl Writer {
             .collect();
         let now = Ts::now();
         self.write(move |tx| {
-            let inserted = tx
-                .prepare_cached(sql::START_RUN)?
-                .execute(numbered(&[&id.0, &conversation.0, &now, &owner.0]).as_slice())?;
-            if inserted == 0 {
-                return Err(StoreError::ConversationNotFound(conversation));
-            }
-            let parent_conversation: Option<Uuid> = tx
-                .prepare_cached(sql::MESSAGE_CONVERSATION)?
-                .query_row(numbered(&[&parent.0]).as_slice(), |r| r.get(0))
-                .optional()?;
-            sql::check_parent(&message, parent, parent_conversation)?;
-            tx.prepare_cached(sql::SET_ACTIVE_LEAF)?
-                .execute(numbered(&[&conversation.0, &message.id.0]).as_slice())?;
-            insert_message(tx, &message)?;
-            let seqs = insert_events(tx, conversation, &events)?;
+            insert_run(tx, id, conversation, owner, &now)?;
+            let seqs = append_on_path(tx, &message, parent, &events)?;
             for (kind, id, body) in &documents {
                 tx.prepare_cached(sql::PUT_DOCUMENT)?
                     .execute(numbered(&[kind, id, body, &now]).as_slice())?;
