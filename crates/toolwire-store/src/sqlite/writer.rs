@@ -406,19 +406,10 @@ impl Writer {
         self: &Arc<Self>,
         documents: &[(&str, &str, &serde_json::Value)],
     ) -> Result<()> {
-        let documents: Vec<(String, String, String)> = documents
-            .iter()
-            .map(|(kind, id, body)| ((*kind).to_owned(), (*id).to_owned(), body.to_string()))
-            .collect();
+        let documents = owned_documents(documents);
         let now = Ts::now();
-        self.write(move |tx| {
-            for (kind, id, body) in &documents {
-                tx.prepare_cached(sql::PUT_DOCUMENT)?
-                    .execute(numbered(&[kind, id, body, &now]).as_slice())?;
-            }
-            Ok(())
-        })
-        .await
+        self.write(move |tx| put_documents(tx, &documents, &now))
+            .await
     }
 
     pub(in crate::sqlite) async fn create_conversation(
@@ -642,6 +633,25 @@ impl Writer {
         self.write(move |tx| insert_events(tx, conversation, &events))
             .await
     }
+}
+
+/// Documents as a write takes them along: (kind, id, body as text).
+type OwnedDocuments = Vec<(String, String, String)>;
+
+fn owned_documents(documents: &[(&str, &str, &serde_json::Value)]) -> OwnedDocuments {
+    documents
+        .iter()
+        .map(|(kind, id, body)| ((*kind).to_owned(), (*id).to_owned(), body.to_string()))
+        .collect()
+}
+
+/// Each of `documents` stored, replacing one of its kind and id.
+fn put_documents(tx: &Connection, documents: &OwnedDocuments, now: &Ts) -> Result<()> {
+    for (kind, id, body) in documents {
+        tx.prepare_cached(sql::PUT_DOCUMENT)?
+            .execute(numbered(&[kind, id, body, now]).as_slice())?;
+    }
+    Ok(())
 }
 
 /// A new run of `conversation`, owned by `owner`.

@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use toolwire_core::{AgentEvent, InstanceId, Message, RunId, TreeError};
 
-use super::{Writer, append_on_path, event_rows, insert_run, numbered};
+use super::{Writer, append_on_path, event_rows, insert_run, owned_documents, put_documents};
 use crate::Result;
 use crate::rows::Ts;
-use crate::sql;
 
 impl Writer {
     /// [`crate::Store::start_run_with_message`].
@@ -25,18 +24,12 @@ impl Writer {
         let message = message.clone();
         let conversation = message.conversation_id;
         let events = event_rows(events)?;
-        let documents: Vec<(String, String, String)> = documents
-            .iter()
-            .map(|(kind, id, body)| ((*kind).to_owned(), (*id).to_owned(), body.to_string()))
-            .collect();
+        let documents = owned_documents(documents);
         let now = Ts::now();
         self.write(move |tx| {
             insert_run(tx, id, conversation, owner, &now)?;
             let seqs = append_on_path(tx, &message, parent, &events)?;
-            for (kind, id, body) in &documents {
-                tx.prepare_cached(sql::PUT_DOCUMENT)?
-                    .execute(numbered(&[kind, id, body, &now]).as_slice())?;
-            }
+            put_documents(tx, &documents, &now)?;
             Ok(seqs)
         })
         .await
