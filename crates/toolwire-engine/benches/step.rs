@@ -297,6 +297,13 @@ impl StoreRead for Counting {
         self.time("unfinished_runs", self.inner.unfinished_runs())
             .await
     }
+    async fn conversation_unfinished_runs(&self, c: ConversationId) -> R<Vec<UnfinishedRun>> {
+        self.time(
+            "conversation_unfinished_runs",
+            self.inner.conversation_unfinished_runs(c),
+        )
+        .await
+    }
     async fn events_since(&self, c: ConversationId, after: u64, limit: u32) -> R<Vec<StoredEvent>> {
         self.time("events_since", self.inner.events_since(c, after, limit))
             .await

@@ -212,6 +212,14 @@ pub trait StoreRead: Send + Sync + 'static {
     /// record: for deciding, at start-up, which of them lost their owner.
     async fn unfinished_runs(&self) -> Result<Vec<UnfinishedRun>>;
 
+    /// [`StoreRead::unfinished_runs`] of one conversation: what a turn's
+    /// start looks at, for a cost that does not grow with the other
+    /// conversations' runs.
+    async fn conversation_unfinished_runs(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Vec<UnfinishedRun>>;
+
     /// Events with `seq > after`, oldest first, at most `limit`.
     async fn events_since(
         &self,

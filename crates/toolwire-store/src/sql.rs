@@ -65,14 +65,33 @@ pub(crate) const FINISH_RUN: &str =
 pub(crate) const INTERRUPT_RUN: &str = "UPDATE runs SET stop_reason = $2, finished_at = $3 \
     WHERE id = $1 AND stop_reason IS NULL";
 
+/// The columns of [`crate::rows::UnfinishedRow`] and the join that
+/// gives them, up to the `WHERE`.
+macro_rules! unfinished_runs {
+    () => {
+        "SELECT r.id, r.conversation_id, r.stop_reason, \
+         r.error, r.started_at, r.finished_at, r.owner, i.id AS instance_id, \
+         i.host AS instance_host, i.pid AS instance_pid, i.started_at AS instance_started_at, \
+         i.heartbeat_at AS instance_heartbeat_at \
+         FROM runs r LEFT JOIN instances i ON i.id = r.owner "
+    };
+}
+
 /// Runs going on, oldest first, with their owners' columns (`NULL` when
 /// unknown); see [`crate::rows::UnfinishedRow`].
-pub(crate) const UNFINISHED_RUNS: &str = "SELECT r.id, r.conversation_id, r.stop_reason, \
-    r.error, r.started_at, r.finished_at, r.owner, i.id AS instance_id, \
-    i.host AS instance_host, i.pid AS instance_pid, i.started_at AS instance_started_at, \
-    i.heartbeat_at AS instance_heartbeat_at \
-    FROM runs r LEFT JOIN instances i ON i.id = r.owner \
-    WHERE r.stop_reason IS NULL ORDER BY r.started_at, r.id";
+pub(crate) const UNFINISHED_RUNS: &str = concat!(
+    unfinished_runs!(),
+    "WHERE r.stop_reason IS NULL ORDER BY r.started_at, r.id"
+);
+
+/// [`UNFINISHED_RUNS`] of conversation `$1` alone, through the index of
+/// unfinished runs by conversation (a turn's start reads them: its cost
+/// must not grow with the runs of other conversations, nor with this
+/// one's finished runs).
+pub(crate) const CONVERSATION_UNFINISHED_RUNS: &str = concat!(
+    unfinished_runs!(),
+    "WHERE r.conversation_id = $1 AND r.stop_reason IS NULL ORDER BY r.started_at, r.id"
+);
 
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 

@@ -348,6 +348,22 @@ impl StoreRead for SqliteStore {
             .await
     }
 
+    async fn conversation_unfinished_runs(
+        &self,
+        conversation: ConversationId,
+    ) -> crate::Result<Vec<UnfinishedRun>> {
+        // Rarely more than one: read at once, like a single row.
+        self.point(move |conn| {
+            all(
+                conn,
+                sql::CONVERSATION_UNFINISHED_RUNS,
+                [conversation.0],
+                UnfinishedRow::from_sqlite,
+            )
+        })
+        .await
+    }
+
     async fn events_since(
         &self,
         conversation: ConversationId,

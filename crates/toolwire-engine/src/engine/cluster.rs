@@ -337,10 +337,11 @@ pub(crate) async fn recover_conversation(
     engine: &Engine,
     conversation: ConversationId,
 ) -> Result<(), EngineError> {
-    for unfinished in engine.store().unfinished_runs().await? {
-        if unfinished.run.conversation_id != conversation {
-            continue;
-        }
+    for unfinished in engine
+        .store()
+        .conversation_unfinished_runs(conversation)
+        .await?
+    {
         instance::interrupt(
             engine.writer().as_ref(),
             engine.bus(),

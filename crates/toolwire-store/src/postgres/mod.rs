@@ -27,13 +27,13 @@ use crate::rows::{
     RunRow, SummaryRow, Ts, UnfinishedRow, message_columns,
 };
 use crate::sql::{
-    self, CHILDREN_AND_SELF, CONVERSATION_MESSAGES, DELETE_DOCUMENT, EVENTS_SINCE, FINISH_RUN,
-    FORGET_INSTANCES, HEARTBEAT_INSTANCE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_MESSAGE,
-    INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION, MESSAGE_PLACE, PUT_BLOB,
-    PUT_DOCUMENT, REGISTER_INSTANCE, RUN_EXISTS, SELECT_BLOB, SELECT_CONVERSATION, SELECT_DOCUMENT,
-    SELECT_DOCUMENTS, SELECT_INSTANCE, SELECT_MESSAGE, SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS,
-    START_RUN, TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS, UPDATE_MESSAGE, check_parent,
-    check_update, forked, new_conversation, path_lines,
+    self, CHILDREN_AND_SELF, CONVERSATION_MESSAGES, CONVERSATION_UNFINISHED_RUNS, DELETE_DOCUMENT,
+    EVENTS_SINCE, FINISH_RUN, FORGET_INSTANCES, HEARTBEAT_INSTANCE, INSERT_CONVERSATION,
+    INSERT_EVENT, INSERT_MESSAGE, INTERRUPT_RUN, LEAVES, LIST_CONVERSATIONS, MESSAGE_CONVERSATION,
+    MESSAGE_PLACE, PUT_BLOB, PUT_DOCUMENT, REGISTER_INSTANCE, RUN_EXISTS, SELECT_BLOB,
+    SELECT_CONVERSATION, SELECT_DOCUMENT, SELECT_DOCUMENTS, SELECT_INSTANCE, SELECT_MESSAGE,
+    SELECT_RUN, SET_ACTIVE_LEAF, SIBLINGS, START_RUN, TAKE_EVENT_SEQS, TOTAL_COST, UNFINISHED_RUNS,
+    UPDATE_MESSAGE, check_parent, check_update, forked, new_conversation, path_lines,
 };
 use crate::{
     Blob, ConversationSummary, Document, InstanceRecord, Result, RunRecord, Store, StoreError,
@@ -305,6 +305,21 @@ impl StoreRead for PostgresStore {
             .into_iter()
             .map(UnfinishedRun::try_from)
             .collect()
+    }
+
+    async fn conversation_unfinished_runs(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<Vec<UnfinishedRun>> {
+        all::<UnfinishedRow>(
+            &self.client().await?,
+            CONVERSATION_UNFINISHED_RUNS,
+            &[&conversation.0],
+        )
+        .await?
+        .into_iter()
+        .map(UnfinishedRun::try_from)
+        .collect()
     }
 
     async fn events_since(

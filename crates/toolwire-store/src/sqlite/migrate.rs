@@ -9,7 +9,7 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: [Migration; 6] = [
+pub(crate) const MIGRATIONS: [Migration; 7] = [
     migration!("sqlite", 1, "schema", "0001_schema.sql"),
     migration!("sqlite", 2, "run owner", "0002_run_owner.sql"),
     migration!("sqlite", 3, "documents", "0003_documents.sql"),
@@ -20,6 +20,12 @@ pub(crate) const MIGRATIONS: [Migration; 6] = [
         12,
         "cache write tokens",
         "0012_cache_write_tokens.sql"
+    ),
+    migration!(
+        "sqlite",
+        13,
+        "conversation unfinished runs",
+        "0013_conversation_unfinished_runs.sql"
     ),
 ];
 
@@ -116,4 +122,33 @@ fn recorded(conn: &Connection, m: &Migration) -> Result<bool> {
         )
         .optional()?
         .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A turn's start reads its conversation's unfinished runs through
+    /// their own index, in its order: neither every run of the
+    /// conversation nor every unfinished run is visited, nothing sorted.
+    #[test]
+    fn a_conversations_unfinished_runs_are_read_through_their_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        run(&mut conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                crate::sql::CONVERSATION_UNFINISHED_RUNS
+            ))
+            .unwrap()
+            .query_map([vec![0u8; 16]], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(
+            plan[0].contains("USING INDEX runs_conversation_running (conversation_id=?)"),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|step| step.contains("B-TREE")), "{plan:?}");
+    }
 }

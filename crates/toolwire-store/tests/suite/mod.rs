@@ -86,6 +86,7 @@ macro_rules! store_tests {
             runs_and_interrupted_runs,
             a_run_ends_with_its_events_or_not_at_all,
             unfinished_runs_come_with_their_owners,
+            a_conversations_unfinished_runs_alone,
             concurrent_interrupts_report_a_run_once,
             instances_register_beat_and_are_forgotten,
             events_are_numbered_and_paged,
@@ -636,6 +637,69 @@ pub async fn a_run_ends_with_its_events_or_not_at_all(db: Db) {
         "{refused:?}"
     );
     assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 2);
+}
+
+/// One conversation's unfinished runs: oldest first, with their owners,
+/// none of another conversation's and none finished.
+pub async fn a_conversations_unfinished_runs_alone(db: Db) {
+    let s = &db.store;
+    let mine = s.create_conversation("sys", None).await.unwrap();
+    let other = s.create_conversation("sys", None).await.unwrap();
+    let empty = s.create_conversation("sys", None).await.unwrap();
+    let owner = s
+        .register_instance(InstanceId::new(), "host-a", 7)
+        .await
+        .unwrap();
+    let [first, finished, theirs, second, interrupted] = std::array::from_fn(|_| RunId::new());
+    for (run, c) in [
+        (first, mine.id),
+        (finished, mine.id),
+        (theirs, other.id),
+        (second, mine.id),
+        (interrupted, mine.id),
+    ] {
+        s.start_run(run, c, owner.id).await.unwrap();
+    }
+    s.finish_run(finished, StopReason::EndTurn, None)
+        .await
+        .unwrap();
+    assert!(s.interrupt_run(interrupted).await.unwrap());
+
+    let unfinished = s.conversation_unfinished_runs(mine.id).await.unwrap();
+    assert_eq!(
+        unfinished.iter().map(|u| u.run.id).collect::<Vec<_>>(),
+        [first, second],
+        "oldest first, finished and other conversations' runs left out"
+    );
+    assert_eq!(unfinished[0].run, s.run(first).await.unwrap());
+    assert_eq!(unfinished[1].owner.as_ref(), Some(&owner));
+    // The same runs as the whole list holds for that conversation.
+    let everywhere: Vec<_> = s
+        .unfinished_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|u| u.run.conversation_id == mine.id)
+        .collect();
+    assert_eq!(everywhere, unfinished);
+    let theirs_only = s.conversation_unfinished_runs(other.id).await.unwrap();
+    assert_eq!(
+        theirs_only.iter().map(|u| u.run.id).collect::<Vec<_>>(),
+        [theirs]
+    );
+    assert!(
+        s.conversation_unfinished_runs(empty.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.conversation_unfinished_runs(ConversationId::new())
+            .await
+            .unwrap()
+            .is_empty(),
+        "an unknown conversation has none"
+    );
 }
 
 pub async fn unfinished_runs_come_with_their_owners(db: Db) {
