@@ -26,6 +26,7 @@ use toolwire_core::{
 };
 use uuid::Uuid;
 
+mod batch;
 mod begin;
 
 use super::transaction::{Begin, configure, is_busy, transaction, without_waiting};
@@ -65,6 +66,9 @@ pub(in crate::sqlite) struct Writer {
     checkpointing: AtomicBool,
     /// The file's checkpoints' own connection, opened by the first one.
     checkpointer: Mutex<Option<Connection>>,
+    /// Writes waiting for the connection, to be run in one batch (see
+    /// [`batch`]).
+    queue: batch::Queue,
 }
 
 /// The state of the file as the writer sees it while it holds still
@@ -91,6 +95,7 @@ impl Writer {
             checkpoint_due: Arc::new(AtomicBool::new(false)),
             checkpointing: AtomicBool::new(false),
             checkpointer: Mutex::new(None),
+            queue: batch::Queue::default(),
         }
     }
 
@@ -230,9 +235,20 @@ impl Writer {
         self: &Arc<Self>,
         begin: Begin,
         inline: Inline,
+        f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let slot = Arc::clone(&self.conn).lock_owned().await;
+        self.run_locked(slot, begin, inline, f).await
+    }
+
+    /// [`Writer::run`] once the connection in `slot` is this call's.
+    async fn run_locked<T: Send + 'static>(
+        self: &Arc<Self>,
+        mut slot: tokio::sync::OwnedMutexGuard<Option<Connection>>,
+        begin: Begin,
+        inline: Inline,
         mut f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let mut slot = Arc::clone(&self.conn).lock_owned().await;
         if inline == Inline::Try
             && let Some(done) = Self::now(&mut slot, begin, &mut f)
         {
@@ -314,13 +330,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE` … `COMMIT`),
-    /// on the caller's thread if it can be run there at once.
+    /// Runs `f` as one write: in a transaction of its own (`BEGIN
+    /// IMMEDIATE` … `COMMIT`) on the caller's thread if the connection is
+    /// free at once, else in one batch with the writes queued with it
+    /// (see [`batch`]). Either way its caller hears of it after the
+    /// commit.
     async fn write<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.run(Begin::Immediate, Inline::Try, f).await
+        self.write_batched(f).await
     }
 
     /// Runs `f` in one read transaction on the writer's connection (an
