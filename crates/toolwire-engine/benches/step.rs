@@ -421,6 +421,21 @@ impl Store for Counting {
         )
         .await
     }
+    async fn finish_run_with_message(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> R<Vec<u64>> {
+        self.time(
+            "finish_run_with_message",
+            self.inner
+                .finish_run_with_message(id, reason, error, message, events),
+        )
+        .await
+    }
     async fn put_documents(&self, documents: &[(&str, &str, &serde_json::Value)]) -> R<()> {
         self.time("put_documents", self.inner.put_documents(documents))
             .await

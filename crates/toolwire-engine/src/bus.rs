@@ -140,6 +140,26 @@ impl EventBus {
         Ok(())
     }
 
+    /// Stores run `run_id`'s final `message` with `events` (its
+    /// announcements, then the run's end) and records how the run ended,
+    /// in one transaction; then publishes the events in order (taken out
+    /// of `events`, which keeps them when nothing was stored).
+    pub(crate) async fn finish_run_with_message(
+        &self,
+        run_id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &mut Vec<AgentEvent>,
+    ) -> Result<(), StoreError> {
+        let seqs = self
+            .store
+            .finish_run_with_message(run_id, reason, error, message, events)
+            .await?;
+        self.publish(message.conversation_id, seqs, std::mem::take(events));
+        Ok(())
+    }
+
     fn publish(&self, conversation: ConversationId, seqs: Vec<u64>, events: Vec<AgentEvent>) {
         let last = seqs.last().copied();
         let observers: Vec<Arc<dyn Observer>> =

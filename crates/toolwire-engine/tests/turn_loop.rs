@@ -553,3 +553,79 @@ async fn interjections_are_stored_in_order_of_arrival() {
         late.len()
     );
 }
+
+/// A turn's final answer is stored with the run's end, in one
+/// transaction: when its `FinalResponse` is published the run is already
+/// recorded as ended, the answer stored as the active leaf; the events
+/// come out in the order they are stored (the answer, its
+/// `FinalResponse`, then `Stopped`), each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_answer_is_stored_with_the_runs_end() {
+    use toolwire_core::AgentEvent;
+    let (engine, _dir) = engine(
+        script("steps:\n  - text: hello there\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let mut live = engine.subscribe(conv.id);
+    let handle = engine.send(conv.id, "hi", None).await.unwrap();
+    let mut published = Vec::new();
+    let mut at_final = None;
+    loop {
+        let event = live.recv().await.unwrap();
+        if let AgentEvent::FinalResponse {
+            run_id, message_id, ..
+        } = &event.event
+        {
+            let run = engine.store().run(*run_id).await.unwrap();
+            let answer = engine.store().message(*message_id).await.unwrap();
+            let leaf = engine
+                .store()
+                .conversation(conv.id)
+                .await
+                .unwrap()
+                .active_leaf;
+            at_final = Some((run.stop_reason, answer.id == leaf, answer.content));
+        }
+        let stopped = matches!(event.event, AgentEvent::Stopped { .. });
+        published.push(event);
+        if stopped {
+            break;
+        }
+    }
+    let outcome = handle.wait().await;
+    assert_eq!(outcome.reason, StopReason::EndTurn);
+    let (ended, is_leaf, content) = at_final.expect("a FinalResponse was published");
+    assert_eq!(ended, Some(StopReason::EndTurn), "ended when announced");
+    assert!(is_leaf);
+    assert_eq!(
+        content,
+        [ContentBlock::Text {
+            text: "hello there".into()
+        }]
+    );
+    let kinds: Vec<&str> = published
+        .iter()
+        .rev()
+        .take(3)
+        .map(|e| match e.event {
+            AgentEvent::AssistantMessageCreated { .. } => "message",
+            AgentEvent::FinalResponse { .. } => "final",
+            AgentEvent::Stopped { .. } => "stopped",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["stopped", "final", "message"]);
+    let stored = engine.events_since(conv.id, 0, 100).await.unwrap();
+    assert_eq!(
+        stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        published.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        "published as stored, each once"
+    );
+    assert_eq!(
+        stored.iter().map(|e| &e.event).collect::<Vec<_>>(),
+        published.iter().map(|e| &e.event).collect::<Vec<_>>()
+    );
+}

@@ -331,6 +331,20 @@ pub trait Store: StoreRead {
         events: &[AgentEvent],
     ) -> Result<Vec<u64>>;
 
+    /// A turn's end in one transaction: `message` (the run's final
+    /// answer) appended with `events` ([`Store::append_with_events`]: its
+    /// announcements and, last, the run's end) and run `id` recorded as
+    /// ended ([`Store::finish_run`]). Returns the events' `seq`s. Nothing
+    /// is stored if any part fails.
+    async fn finish_run_with_message(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>>;
+
     /// A turn's beginning in one transaction: run `id` begins in
     /// `message`'s conversation, run by `owner` ([`Store::start_run`]),
     /// `message` is appended with `events` ([`Store::append_with_events`])

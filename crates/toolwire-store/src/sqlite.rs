@@ -567,6 +567,19 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn finish_run_with_message(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> crate::Result<Vec<u64>> {
+        self.writer
+            .finish_run_with_message(id, reason, error, message, events)
+            .await
+    }
+
     async fn interrupt_run(&self, id: RunId) -> crate::Result<bool> {
         self.writer.interrupt_run(id).await
     }

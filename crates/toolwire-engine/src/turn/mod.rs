@@ -265,6 +265,9 @@ struct Turn<'a> {
     blobs: HashMap<String, Arc<[u8]>>,
     /// Token counts and budget state (`fit.rs`).
     fit: fit::Fit,
+    /// The final step's message and its events, not stored yet: stored
+    /// with the run's end, in one transaction, once the turn is over.
+    closing: Option<(Message, Vec<AgentEvent>)>,
 }
 
 /// Runs a turn to its end: stores how it ended and publishes it, whether
@@ -298,6 +301,7 @@ pub(crate) async fn run(
         begun: Some(begun),
         blobs: HashMap::new(),
         fit: fit::Fit::default(),
+        closing: None,
     };
     // The turn's state is dropped with it; only the store is read after.
     let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {
@@ -315,7 +319,7 @@ pub(crate) async fn run(
             .clone()
             .unwrap_or_else(|| stop.reason.as_str().to_owned())));
     }
-    let (reason, error, final_message) = match result {
+    let (mut reason, mut error, mut final_message) = match result {
         Ok(final_message) => (StopReason::EndTurn, None, Some(final_message)),
         Err(stop) => (stop.reason, stop.error, None),
     };
@@ -328,31 +332,35 @@ pub(crate) async fn run(
         }
         (None, _) => {}
     }
-    let stopped = AgentEvent::Stopped {
-        run_id,
-        reason,
-        error: error.clone(),
-    };
-    // The run's end and its event in one transaction; should that fail
-    // (nothing of it is stored then), each is tried on its own, so that
-    // one failing does not keep the other from being stored.
-    let together = cx
-        .bus
-        .finish_run(
-            conversation,
+    // The final step's message, its events and the run's end in one
+    // transaction; should that fail (nothing of it is stored then), the
+    // message is stored on its own (a failure there fails the turn, as it
+    // does a step whose message cannot be stored) and the run's end after.
+    let mut ended = false;
+    if let Some((message, mut events)) = turn.closing.take() {
+        events.push(AgentEvent::Stopped {
             run_id,
             reason,
-            error.as_deref(),
-            vec![stopped.clone()],
-        )
-        .await;
-    if together.is_err() {
-        if let Err(e) = cx.store.finish_run(run_id, reason, error.as_deref()).await {
-            tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
+            error: error.clone(),
+        });
+        let together = cx
+            .bus
+            .finish_run_with_message(run_id, reason, error.as_deref(), &message, &mut events)
+            .await;
+        if let Err(e) = together {
+            tracing::warn!(run = %run_id, error = %e, "could not store the turn's end with its answer; storing them apart");
+            events.pop();
+            if let Err(e) = cx.bus.store_message(&message, events).await {
+                let stop = Stop::from(e);
+                tracing::warn!(%conversation, run = %run_id, error = ?stop.error, "turn failed");
+                (reason, error, final_message) = (stop.reason, stop.error, None);
+            }
+        } else {
+            ended = true;
         }
-        if let Err(e) = cx.bus.emit(conversation, stopped).await {
-            tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
-        }
+    }
+    if !ended {
+        finish(cx, conversation, run_id, reason, error.as_deref()).await;
     }
     TurnOutcome {
         run_id,
@@ -362,6 +370,36 @@ pub(crate) async fn run(
         final_message,
         usage: turn.usage,
         cost: turn.cost,
+    }
+}
+
+/// Records how run `run_id` ended and publishes its end: in one
+/// transaction, or, should that fail (nothing of it is stored then), each
+/// on its own, so that one failing does not keep the other from being
+/// stored.
+async fn finish(
+    cx: &Context<'_>,
+    conversation: ConversationId,
+    run_id: RunId,
+    reason: StopReason,
+    error: Option<&str>,
+) {
+    let stopped = AgentEvent::Stopped {
+        run_id,
+        reason,
+        error: error.map(str::to_owned),
+    };
+    let together = cx
+        .bus
+        .finish_run(conversation, run_id, reason, error, vec![stopped.clone()])
+        .await;
+    if together.is_err() {
+        if let Err(e) = cx.store.finish_run(run_id, reason, error).await {
+            tracing::error!(run = %run_id, error = %e, "could not record the end of the turn");
+        }
+        if let Err(e) = cx.bus.emit(conversation, stopped).await {
+            tracing::error!(run = %run_id, error = %e, "could not publish the end of the turn");
+        }
     }
 }
 

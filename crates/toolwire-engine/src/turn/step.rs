@@ -194,7 +194,13 @@ impl<'a> Turn<'a> {
                     }
                 });
             }
-            self.cx.bus.store_message(&message, events).await?;
+            if failure.is_none() && calls.is_empty() {
+                // The turn's last step: stored with the run's end, in
+                // its transaction (see `turn::run`), published after it.
+                self.closing = Some((message.clone(), events));
+            } else {
+                self.cx.bus.store_message(&message, events).await?;
+            }
             self.leaf = message.id;
         }
         if let Some(stop) = failure {

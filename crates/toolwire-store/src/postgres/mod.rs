@@ -593,6 +593,33 @@ impl Store for PostgresStore {
         Ok(seqs)
     }
 
+    async fn finish_run_with_message(
+        &self,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>> {
+        let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
+        let conversation = message.conversation_id;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let parent_conversation: Option<uuid::Uuid> =
+            scalar(&tx, MESSAGE_CONVERSATION, &[&parent.0]).await?;
+        check_parent(message, parent, parent_conversation)?;
+        // The conversation's row first, as in `append_with_events`.
+        execute(&tx, SET_ACTIVE_LEAF, &[&conversation.0, &message.id.0]).await?;
+        insert_message(&tx, message).await?;
+        let seqs = insert_events(&tx, conversation, events).await?;
+        let params: [&(dyn ToSql + Sync); 4] = [&id.0, &reason.as_str(), &error, &Ts::now().0];
+        if execute(&tx, FINISH_RUN, &params).await? == 0 {
+            return Err(StoreError::RunNotFound(id));
+        }
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
     async fn start_run_with_message(
         &self,
         id: RunId,

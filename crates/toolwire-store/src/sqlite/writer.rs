@@ -625,6 +625,28 @@ impl Writer {
         .await
     }
 
+    /// [`crate::Store::finish_run_with_message`].
+    pub(in crate::sqlite) async fn finish_run_with_message(
+        self: &Arc<Self>,
+        id: RunId,
+        reason: StopReason,
+        error: Option<&str>,
+        message: &Message,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>> {
+        let parent = message.parent_id.ok_or(TreeError::RootHasNoParent)?;
+        let message = message.clone();
+        let error = error.map(str::to_owned);
+        let events = event_rows(events)?;
+        let now = Ts::now();
+        self.write(move |tx| {
+            let seqs = append_on_path(tx, &message, parent, &events)?;
+            finish_run(tx, id, reason, error.as_deref(), &now)?;
+            Ok(seqs)
+        })
+        .await
+    }
+
     pub(in crate::sqlite) async fn interrupt_run(self: &Arc<Self>, id: RunId) -> Result<bool> {
         let now = Ts::now();
         self.write(move |tx| {

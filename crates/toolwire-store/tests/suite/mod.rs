@@ -85,6 +85,7 @@ macro_rules! store_tests {
             total_cost_and_list,
             runs_and_interrupted_runs,
             a_run_ends_with_its_events_or_not_at_all,
+            a_run_ends_with_its_answer_or_not_at_all,
             unfinished_runs_come_with_their_owners,
             a_conversations_unfinished_runs_alone,
             concurrent_interrupts_report_a_run_once,
@@ -637,6 +638,96 @@ pub async fn a_run_ends_with_its_events_or_not_at_all(db: Db) {
         "{refused:?}"
     );
     assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 2);
+}
+
+/// A turn's final answer, its events and the run's end in one
+/// transaction: all stored (the answer the active leaf, the events in
+/// order after the log's), or, for an unknown run or a bad parent,
+/// nothing.
+pub async fn a_run_ends_with_its_answer_or_not_at_all(db: Db) {
+    let s = &db.store;
+    let c = s.create_conversation("sys", None).await.unwrap();
+    let owner = s
+        .register_instance(InstanceId::new(), "host", 1)
+        .await
+        .unwrap();
+    let run = RunId::new();
+    let question = user(c.id, c.root_id, "hi");
+    s.start_run_with_message(run, owner.id, &question, &[delta(run, 0)], &[])
+        .await
+        .unwrap();
+    let answer = assistant(c.id, question.id, "hello");
+    let events = [
+        AgentEvent::AssistantMessageCreated {
+            run_id: run,
+            message: answer.clone(),
+        },
+        AgentEvent::FinalResponse {
+            run_id: run,
+            message_id: answer.id,
+            usage: answer.usage.unwrap(),
+            cost: answer.cost,
+        },
+        AgentEvent::Stopped {
+            run_id: run,
+            reason: StopReason::EndTurn,
+            error: None,
+        },
+    ];
+
+    // Refused, nothing of it stored: an unknown run, a parent of another
+    // conversation.
+    let unknown = RunId::new();
+    let refused = s
+        .finish_run_with_message(unknown, StopReason::EndTurn, None, &answer, &events)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::RunNotFound(id)) if id == unknown),
+        "{refused:?}"
+    );
+    let elsewhere = s.create_conversation("sys", None).await.unwrap();
+    let astray = assistant(c.id, elsewhere.root_id, "astray");
+    assert!(
+        s.finish_run_with_message(run, StopReason::EndTurn, None, &astray, &events)
+            .await
+            .is_err()
+    );
+    assert_eq!(s.events_since(c.id, 0, 10).await.unwrap().len(), 1);
+    assert!(matches!(
+        s.message(answer.id).await,
+        Err(StoreError::MessageNotFound(_))
+    ));
+    assert_eq!(s.conversation(c.id).await.unwrap().active_leaf, question.id);
+    assert_eq!(s.run(run).await.unwrap().stop_reason, None);
+
+    let seqs = s
+        .finish_run_with_message(run, StopReason::EndTurn, None, &answer, &events)
+        .await
+        .unwrap();
+    assert_eq!(seqs, [2, 3, 4]);
+    let reopened = db.reopen().await;
+    assert_eq!(reopened.message(answer.id).await.unwrap(), answer);
+    assert_eq!(
+        reopened.conversation(c.id).await.unwrap().active_leaf,
+        answer.id
+    );
+    let r = reopened.run(run).await.unwrap();
+    assert_eq!((r.stop_reason, r.error), (Some(StopReason::EndTurn), None));
+    assert!(r.finished_at.is_some());
+    let log = reopened.events_since(c.id, 1, 10).await.unwrap();
+    assert_eq!(
+        log.into_iter()
+            .map(|e| (e.seq, e.event))
+            .collect::<Vec<_>>(),
+        [2, 3, 4].into_iter().zip(events).collect::<Vec<_>>()
+    );
+    assert!(
+        reopened
+            .conversation_unfinished_runs(c.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// One conversation's unfinished runs: oldest first, with their owners,
