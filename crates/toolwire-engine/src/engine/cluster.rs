@@ -341,6 +341,9 @@ pub(crate) async fn recover_conversation(
         if unfinished.run.conversation_id != conversation {
             continue;
         }
+        // What it changes comes after the turn's start read the
+        // conversation's revision: no kept path can show it.
+        engine.kept_paths().forget(conversation);
         instance::interrupt(
             engine.writer().as_ref(),
             engine.bus(),
