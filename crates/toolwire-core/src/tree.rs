@@ -31,6 +31,12 @@ pub struct Conversation {
     pub forked_from: Option<ForkOrigin>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
+    /// How many times one of its stored messages was changed (messages
+    /// are otherwise never changed): a path read while it was N is what
+    /// the store holds while it is N. The store's own count, not part of
+    /// any front door's JSON.
+    #[serde(skip)]
+    pub revision: u64,
 }
 
 /// The conversation and message a fork was taken at.
@@ -157,6 +163,7 @@ impl ConversationTree {
                 active_leaf: root.id,
                 forked_from: None,
                 created_at: root.created_at,
+                revision: 0,
             },
             root,
         )
@@ -284,6 +291,7 @@ impl ConversationTree {
                     message_id: at,
                 }),
                 created_at: Utc::now(),
+                revision: 0,
             },
             root,
         );

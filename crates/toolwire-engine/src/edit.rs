@@ -80,6 +80,10 @@ impl Engine {
                 text: system.to_owned(),
             }]
         };
-        Ok(self.writer().update(&root).await?)
+        let updated = self.writer().update(&root).await;
+        // Bumps the conversation's revision, which the next turn reads;
+        // forgotten here too, as a turn may have read it just before.
+        self.kept_paths().forget(conversation);
+        Ok(updated?)
     }
 }

@@ -24,6 +24,7 @@ use crate::error::EngineError;
 use crate::follow::{EventLog, Follower};
 use crate::instance::{self, Registration};
 use crate::interjections::{self, Interjections};
+use crate::kept_paths::KeptPaths;
 use crate::keyed_locks::{Held, KeyedLocks};
 use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
@@ -126,6 +127,8 @@ struct Inner {
     cluster: Arc<dyn Cluster>,
     feeds: Feeds,
     _cluster_tasks: cluster::Tasks,
+    /// Each conversation's path as its last turn here left it.
+    kept_paths: KeptPaths,
 }
 
 impl Inner {
@@ -143,6 +146,7 @@ impl Inner {
             instance: self.instance.record().id,
             notifier: &self.notifier,
             stopping: &self.stopping,
+            kept_paths: &self.kept_paths,
         }
     }
 }
@@ -251,6 +255,7 @@ impl Engine {
             stopping: Stopping::default(),
             edits: KeyedLocks::default(),
             _cluster_tasks: cluster::start(WeakEngine(weak.clone()), &cluster, sweep_every),
+            kept_paths: KeptPaths::default(),
             cluster,
             feeds: Feeds::default(),
         });
@@ -572,14 +577,14 @@ impl Engine {
             );
             return Ok(());
         };
-        let leaf = self.active_leaf(conversation).await?;
+        let (leaf, revision) = self.leaf_and_revision(conversation).await?;
         // The turn's user message carries the notifications (drained when
         // the turn stores it).
         let user = Message::new(conversation, Some(leaf), Role::User, Vec::new());
         match self
             .start_turn(
                 conversation,
-                turn::Start::User(user),
+                turn::Start::user(user, Some(revision)),
                 options,
                 Origin::Engine,
             )
@@ -698,9 +703,14 @@ impl Engine {
         // The leaf is read under the lock the turn starts under, so that
         // no change of it (`edit`) comes between.
         let editing = self.inner.edits.hold(conversation).await;
-        let (parent, pending) = match parent {
-            Some(p) => (p, self.pending_approval(conversation).await?),
-            None => self.leaf_and_pending(conversation).await?,
+        // A parent chosen by the caller comes without the conversation's
+        // revision: the turn reads its path from the store.
+        let (parent, revision, pending) = match parent {
+            Some(p) => (p, None, self.pending_approval(conversation).await?),
+            None => {
+                let (leaf, revision, pending) = self.leaf_and_pending(conversation).await?;
+                (leaf, Some(revision), pending)
+            }
         };
         if let Some(pending) = pending
             && pending.message_id == parent
@@ -714,7 +724,7 @@ impl Engine {
         self.start_turn_held(
             editing,
             conversation,
-            turn::Start::User(user),
+            turn::Start::user(user, revision),
             options,
             origin,
         )
@@ -770,7 +780,7 @@ impl Engine {
         all: bool,
     ) -> Result<TurnHandle, EngineError> {
         let editing = self.inner.edits.hold(conversation).await;
-        let (leaf, pending) = self.leaf_and_pending(conversation).await?;
+        let (leaf, _, pending) = self.leaf_and_pending(conversation).await?;
         // Its calls wait for answers: a node after them would come
         // between the calls and their results.
         if let Some(pending) = pending
@@ -824,18 +834,45 @@ impl Engine {
             .active_leaf)
     }
 
-    /// The conversation's active leaf and its paused turn (if one waits
-    /// for answers), in one read.
+    /// The conversation's active leaf and its revision (see
+    /// [`crate::kept_paths`]).
+    async fn leaf_and_revision(
+        &self,
+        conversation: ConversationId,
+    ) -> Result<(MessageId, u64), EngineError> {
+        let read = self.inner.store.conversation(conversation).await?;
+        Ok((read.active_leaf, read.revision))
+    }
+
+    /// The conversation's active leaf, its revision and its paused turn
+    /// (if one waits for answers), in one read.
     async fn leaf_and_pending(
         &self,
         conversation: ConversationId,
-    ) -> Result<(MessageId, Option<PendingApproval>), EngineError> {
+    ) -> Result<(MessageId, u64, Option<PendingApproval>), EngineError> {
         let (read, doc) = self
             .inner
             .store
             .conversation_and_document(conversation, approval::KIND, &conversation.to_string())
             .await?;
-        Ok((read.active_leaf, approval::read(conversation, doc)?))
+        Ok((
+            read.active_leaf,
+            read.revision,
+            approval::read(conversation, doc)?,
+        ))
+    }
+
+    /// What this engine keeps of its conversations' paths.
+    pub(crate) fn kept_paths(&self) -> &KeptPaths {
+        &self.inner.kept_paths
+    }
+
+    /// The path this engine keeps for `conversation`'s next turn (the
+    /// path to its last message, as the store holds it), if any: for
+    /// tests, which compare it with the store's.
+    #[doc(hidden)]
+    pub fn kept_path(&self, conversation: ConversationId) -> Option<Vec<Message>> {
+        self.inner.kept_paths.peek(conversation)
     }
 
     /// The conversation's paused turn, if one waits for answers.
@@ -967,7 +1004,7 @@ impl Engine {
         let sibling = tree::edited_sibling(&original, text)?;
         self.start_turn(
             original.conversation_id,
-            turn::Start::User(sibling),
+            turn::Start::user(sibling, None),
             options,
             Origin::FrontDoor,
         )
@@ -1296,7 +1333,9 @@ impl Engine {
     /// turn they start.
     async fn hand_over(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
         let options = self.inner.remembered.get(conversation).unwrap_or(options);
-        let leaf = self.active_leaf(conversation).await;
+        let read = self.leaf_and_revision(conversation).await;
+        let revision = read.as_ref().ok().map(|(_, revision)| *revision);
+        let leaf = read.map(|(leaf, _)| leaf);
         let pending = match &leaf {
             Ok(_) => self.pending_approval(conversation).await,
             Err(_) => Ok(None),
@@ -1341,7 +1380,13 @@ impl Engine {
             (Ok(leaf), Ok(_)) if started => {
                 let user = user_message(conversation, leaf, &text);
                 match self
-                    .spawn_turn(conversation, next, cancel, turn::Start::User(user), options)
+                    .spawn_turn(
+                        conversation,
+                        next,
+                        cancel,
+                        turn::Start::user(user, revision),
+                        options,
+                    )
                     .await
                 {
                     Ok(_) => true,

@@ -48,6 +48,7 @@ mod error;
 mod follow;
 mod instance;
 mod interjections;
+mod kept_paths;
 mod keyed_locks;
 pub mod notify;
 mod records;

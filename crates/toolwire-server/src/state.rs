@@ -98,6 +98,8 @@ pub struct AppState {
     pub(crate) live: Arc<LiveShared>,
     /// The records of the engine's tools, made once per set of tools.
     pub(crate) tools_memo: Arc<ToolsMemo>,
+    /// The stored tool records, read again only when they changed.
+    pub(crate) stored_tools: Arc<crate::agents::tools::StoredTools>,
 }
 
 /// What the live view keeps across requests and sockets.
@@ -122,6 +124,7 @@ impl AppState {
             locks: Arc::default(),
             live,
             tools_memo: Arc::default(),
+            stored_tools: Arc::default(),
         }
     }
 

@@ -399,6 +399,7 @@ pub(crate) struct ConversationRow {
     pub forked_from_conversation: Option<Uuid>,
     pub forked_from_message: Option<Uuid>,
     pub created_at: Ts,
+    pub revision: i64,
 }
 
 impl ConversationRow {
@@ -411,6 +412,7 @@ impl ConversationRow {
             forked_from_conversation: r.get(4)?,
             forked_from_message: r.get(5)?,
             created_at: r.get(6)?,
+            revision: r.get(7)?,
         })
     }
 }
@@ -419,7 +421,7 @@ impl ConversationRow {
 macro_rules! conversation_columns {
     () => {
         "c.id, c.title, c.root_id, c.active_leaf, c.forked_from_conversation, \
-         c.forked_from_message, c.created_at"
+         c.forked_from_message, c.created_at, c.revision"
     };
 }
 pub(crate) use conversation_columns;
@@ -448,6 +450,8 @@ impl TryFrom<ConversationRow> for Conversation {
             active_leaf: MessageId(r.active_leaf),
             forked_from,
             created_at: r.created_at.0,
+            // Never negative: it only grows from 0.
+            revision: u64::try_from(r.revision).unwrap_or(0),
         })
     }
 }
@@ -462,8 +466,8 @@ impl SummaryRow {
     pub(crate) fn from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
         Ok(SummaryRow {
             conversation: ConversationRow::from_sqlite(r)?,
-            message_count: r.get(7)?,
-            total_cost: r.get(8)?,
+            message_count: r.get(8)?,
+            total_cost: r.get(9)?,
         })
     }
 }

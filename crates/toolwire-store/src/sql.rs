@@ -147,6 +147,7 @@ pub(crate) fn new_conversation(
         active_leaf: root.id,
         forked_from: None,
         created_at: Ts::from(root.created_at).0,
+        revision: 0,
     };
     (conversation, root)
 }
@@ -217,6 +218,7 @@ pub(crate) fn forked(
             message_id: at,
         }),
         created_at: Ts::now().0,
+        revision: 0,
     };
     Ok((conversation, copies))
 }

@@ -825,7 +825,7 @@ async fn a_database_from_before_one_binding_opens() {
     assert_eq!(after[..4], before, "no migration ran again");
     assert_eq!(
         after[4..].iter().map(|m| m.0).collect::<Vec<_>>(),
-        [5, 12, 13],
+        [5, 12, 13, 14],
         "only the migrations newer than the fixture ran"
     );
     let read = fixtures::read_everything(&store).await;

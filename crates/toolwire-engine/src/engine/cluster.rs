@@ -342,6 +342,9 @@ pub(crate) async fn recover_conversation(
         .conversation_unfinished_runs(conversation)
         .await?
     {
+        // What it changes comes after the turn's start read the
+        // conversation's revision: no kept path can show it.
+        engine.kept_paths().forget(conversation);
         instance::interrupt(
             engine.writer().as_ref(),
             engine.bus(),

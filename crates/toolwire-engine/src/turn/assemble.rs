@@ -112,7 +112,7 @@ impl Turn<'_> {
         let mut events = vec![event];
         events.extend(injected);
         self.store_carrying(&message, events, batch).await?;
-        self.leaf = message.id;
+        self.on_path(&message);
         Ok(())
     }
 
@@ -203,6 +203,7 @@ impl Turn<'_> {
             self.put_back(batch);
             return Err(e.into());
         }
+        self.extend_path(&call);
         let mut content = vec![ContentBlock::ToolResult {
             tool_use_id: call_id,
             content: String::new(),
@@ -214,7 +215,7 @@ impl Turn<'_> {
         let event = self.injected(result.id, &batch);
         self.store_carrying(&result, vec![event], Some(batch))
             .await?;
-        self.leaf = result.id;
+        self.on_path(&result);
         Ok(())
     }
 }

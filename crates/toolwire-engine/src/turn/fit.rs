@@ -61,7 +61,7 @@ impl Turn<'_> {
         }
         tracing::info!(conversation = %self.conversation, size, window, model = %model.info.name, "the request passes compact_at; compacting");
         if let Some(node) = self.compact(&view, size, Why::Window).await? {
-            path.push(node);
+            path.push(super::as_stored(&node));
             view = self.view_of(path, family, window);
         }
         let size = self.size(&view, family, iteration);
@@ -114,7 +114,7 @@ impl Turn<'_> {
     /// Compacts the path now (an on-demand compaction): the stored node,
     /// or an error saying why there is nothing to compact.
     pub(super) async fn compact_now(&mut self, all: bool) -> Result<Message, Stop> {
-        let mut path = self.cx.store.path_to(self.leaf).await?;
+        let mut path = self.take_path().await?;
         let family = Family::of(&self.model.info);
         let view = match crate::context::window_of(&self.model.info) {
             Some(window) => self.view_of(&path, family, window),
@@ -124,7 +124,8 @@ impl Turn<'_> {
         let why = if all { Why::AskedAll } else { Why::Asked };
         match self.compact(&view, size, why).await? {
             Some(node) => {
-                path.push(node.clone());
+                path.push(super::as_stored(&node));
+                self.give_path(path);
                 Ok(node)
             }
             None => Err(Stop::new(

@@ -35,6 +35,7 @@ use toolwire_tools::{Notifier, ToolRegistry, ToolSpec};
 use crate::bus::EventBus;
 use crate::config::EngineConfig;
 use crate::interjections::Interjections;
+use crate::kept_paths::{KeptPaths, as_stored};
 use crate::notify::Hub;
 use crate::shutdown::Stopping;
 
@@ -159,8 +160,14 @@ pub(crate) fn queued(
 
 /// How a turn begins.
 pub(crate) enum Start {
-    /// With a new user message (its parent set).
-    User(Message),
+    /// With a new user message (its parent set); `revision` is the
+    /// conversation's, when the turn's start read it (with the leaf the
+    /// message goes under): then a path kept since the last turn may
+    /// serve (see [`crate::kept_paths`]).
+    User {
+        message: Message,
+        revision: Option<u64>,
+    },
     /// From an existing message (regeneration).
     From(MessageId),
     /// Going on after a pause: the answers to its waiting calls, then
@@ -180,6 +187,12 @@ pub(crate) enum Start {
         pending: PendingApproval,
         reason: String,
     },
+}
+
+impl Start {
+    pub(crate) fn user(message: Message, revision: Option<u64>) -> Self {
+        Start::User { message, revision }
+    }
 }
 
 /// Why the loop stops early.
@@ -239,6 +252,9 @@ pub(crate) struct Context<'a> {
     /// Given to every tool call.
     pub(crate) notifier: &'a Notifier,
     pub(crate) stopping: &'a Stopping,
+    /// Paths kept between turns: taken at a turn's start, given back at
+    /// its end.
+    pub(crate) kept_paths: &'a KeptPaths,
 }
 
 struct Turn<'a> {
@@ -250,6 +266,17 @@ struct Turn<'a> {
     cancel: CancellationToken,
     /// The newest stored node of this turn.
     leaf: MessageId,
+    /// The path to `leaf` as stored, when the turn has it (kept from the
+    /// last turn, or read by a step and grown by what the turn stored
+    /// since): a step reads the store only when its last message is not
+    /// `leaf`. See [`Turn::on_path`].
+    path: Vec<Message>,
+    /// The conversation's revision the turn's start read: the path is
+    /// kept for the next turn only with it.
+    revision: Option<u64>,
+    /// The system prompt the last step's model saw (rendered), for the
+    /// path the step's tools are given.
+    seen_root: Option<Message>,
     usage: Usage,
     cost: Option<f64>,
     /// Which of the conversation's turns this is (for scripted models).
@@ -293,6 +320,9 @@ pub(crate) async fn run(
         run_id,
         cancel,
         leaf: MessageId::new(),
+        path: Vec::new(),
+        revision: None,
+        seen_root: None,
         usage: Usage::default(),
         cost: None,
         turn_index: None,
@@ -305,7 +335,10 @@ pub(crate) async fn run(
     };
     // The turn's state is dropped with it; only the store is read after.
     let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {
-        Ok(result) => result,
+        Ok(result) => {
+            turn.keep_path().await;
+            result
+        }
         Err(payload) => {
             tracing::error!(%conversation, run = %run_id, panic = %panic_text(payload.as_ref()), "a turn panicked; it ends with an error");
             // What it had counted goes with it, as with a task that died.
@@ -426,7 +459,7 @@ impl Turn<'_> {
             .map(|(kind, id, body)| (kind.as_str(), id.as_str(), body))
             .collect();
         // A new user message begins the run in the same transaction.
-        if !matches!(start, Start::User(_)) {
+        if !matches!(start, Start::User { .. }) {
             self.cx
                 .store
                 .start_run(self.run_id, self.conversation, self.cx.instance)
@@ -450,8 +483,12 @@ impl Turn<'_> {
                 self.abandon(pending, &reason).await?;
                 return Err(Stop::new(StopReason::Cancelled, reason));
             }
-            Start::User(mut user) => {
+            Start::User {
+                message: mut user,
+                revision,
+            } => {
                 self.leaf = user.id;
+                self.revision = revision;
                 // What waited since the last turn comes with its message.
                 let (injected, batch) = self.take_notifications(&mut user).unzip();
                 if user.content.is_empty() {
@@ -480,6 +517,16 @@ impl Turn<'_> {
                         .await;
                 }
                 self.settle(batch, stored)?;
+                // The path to its parent, if kept and still what the
+                // store holds: this turn reads none of it.
+                if let (Some(revision), Some(parent)) = (revision, user.parent_id) {
+                    let kept = self.cx.kept_paths.take(self.conversation, parent, revision);
+                    if let Some(kept) = &kept {
+                        self.check_kept(kept).await;
+                    }
+                    self.path = kept.unwrap_or_default();
+                }
+                self.on_path(&user);
                 self.begin();
             }
             Start::Compact { leaf, all } => {
@@ -494,8 +541,7 @@ impl Turn<'_> {
             }
         }
         if let Some((calls, then)) = resumed {
-            let path = self.cx.store.path_to(self.leaf).await?;
-            self.run_tools(self.iterations_before, calls, path).await?;
+            self.run_tools(self.iterations_before, calls).await?;
             // Stored even when the turn stops here: the client was told
             // its message was taken.
             if let Some(text) = then {
@@ -505,7 +551,7 @@ impl Turn<'_> {
                     message: user.clone(),
                 };
                 self.cx.bus.store_message(&user, vec![event]).await?;
-                self.leaf = user.id;
+                self.on_path(&user);
             }
             if self.stopped() {
                 return Err(self.cancelled());
@@ -515,7 +561,7 @@ impl Turn<'_> {
         for step in 1..=max_steps {
             let iteration = self.iterations_before + step;
             self.check_budgets().await?;
-            let (assistant, calls, path) = self.model_step(iteration).await?;
+            let (assistant, calls) = self.model_step(iteration).await?;
             if calls.is_empty() {
                 return Ok(assistant);
             }
@@ -524,7 +570,7 @@ impl Turn<'_> {
                 return Err(Stop::paused());
             }
             let calls = calls.into_iter().map(PendingCall::from_gated).collect();
-            self.run_tools(iteration, calls, path).await?;
+            self.run_tools(iteration, calls).await?;
             if self.stopped() {
                 return Err(self.cancelled());
             }
@@ -533,6 +579,80 @@ impl Turn<'_> {
             StopReason::MaxSteps,
             format!("stopped after {max_steps} model calls (max_steps)"),
         ))
+    }
+
+    /// `message`, just stored under the turn's leaf, becomes its leaf
+    /// (and the end of its path).
+    fn on_path(&mut self, message: &Message) {
+        self.leaf = message.id;
+        self.extend_path(message);
+    }
+
+    /// Adds `message`, just stored, to the turn's path if it goes on from
+    /// the path's end; else the path is dropped (the next step reads it).
+    fn extend_path(&mut self, message: &Message) {
+        match self.path.last() {
+            Some(last) if Some(last.id) == message.parent_id => {
+                self.path.push(as_stored(message));
+            }
+            _ => self.path.clear(),
+        }
+    }
+
+    /// The path to the turn's leaf, taken from the turn (the caller gives
+    /// it back, see [`Turn::give_path`]) or read from the store.
+    async fn take_path(&mut self) -> Result<Vec<Message>, Stop> {
+        if self.path.last().is_some_and(|m| m.id == self.leaf) {
+            return Ok(std::mem::take(&mut self.path));
+        }
+        self.path.clear();
+        Ok(self.cx.store.path_to(self.leaf).await?)
+    }
+
+    /// Gives back a path taken by [`Turn::take_path`] (grown by what the
+    /// turn stored since).
+    fn give_path(&mut self, path: Vec<Message>) {
+        self.path = path;
+    }
+
+    /// The path the turn's tools are given: the turn's, with the system
+    /// prompt as the last step's model saw it.
+    async fn tools_path(&mut self) -> Result<Arc<[Message]>, Stop> {
+        let path = self.take_path().await?;
+        let mut shared = path.clone();
+        self.give_path(path);
+        if let (Some(root), Some(first)) = (&self.seen_root, shared.first_mut()) {
+            first.clone_from(root);
+        }
+        Ok(shared.into())
+    }
+
+    /// Keeps the path for the conversation's next turn, if the turn's
+    /// start read the conversation's revision and the path ends at the
+    /// turn's leaf.
+    async fn keep_path(&mut self) {
+        let Some(revision) = self.revision else {
+            return;
+        };
+        if self.path.last().is_some_and(|m| m.id == self.leaf) {
+            let path = std::mem::take(&mut self.path);
+            self.check_kept(&path).await;
+            self.cx.kept_paths.keep(self.conversation, revision, path);
+        }
+    }
+
+    /// In debug builds (every test), a kept path is compared with the
+    /// store's read of it, as it is kept and as it is given to a turn.
+    async fn check_kept(&self, path: &[Message]) {
+        if cfg!(debug_assertions)
+            && let Some(leaf) = path.last().map(|m| m.id)
+            && let Ok(read) = self.cx.store.path_to(leaf).await
+        {
+            debug_assert!(
+                read == path,
+                "the kept path to {leaf} differs from the store's:\n kept {path:#?}\n read {read:#?}"
+            );
+        }
     }
 
     /// Tells the front door that the turn's first step is stored.

@@ -24,12 +24,16 @@ impl<'a> Turn<'a> {
     /// One model call: streams its events out (each batch that the
     /// provider has ready is stored in one transaction), then stores the
     /// message with what it leads to: its tool calls, or the final answer.
-    /// Returns the message, its calls and the path ending with it.
+    /// Returns the message and its calls; the turn's path ends with the
+    /// message once it is stored.
     pub(super) async fn model_step(
         &mut self,
         iteration: u32,
-    ) -> Result<(Message, Vec<GatedCall>, Vec<Message>), Stop> {
-        let mut path = self.cx.store.path_to(self.leaf).await?;
+    ) -> Result<(Message, Vec<GatedCall>), Stop> {
+        // The turn's own path when it has it: read from the store only
+        // at the turn's first step (and not even then when the last turn
+        // left it), or after a change the turn did not make itself.
+        let mut path = self.take_path().await?;
         if self.turn_index.is_none() {
             self.turn_index = Some(
                 path.iter()
@@ -42,9 +46,20 @@ impl<'a> Turn<'a> {
         // fallback) to the message they become; announced with the first
         // batch (no write of its own).
         let message_id = MessageId::new();
+        let stored_root = self
+            .options
+            .system_prompt
+            .is_some()
+            .then(|| path.first().cloned())
+            .flatten();
         self.render_system_prompt(&mut path).await;
         // What the request sends: within the model's window (`fit.rs`).
         let sent = self.fit(&mut path, iteration).await?;
+        // The turn's path stays as stored; the tools see what the model saw.
+        self.seen_root = match (stored_root, path.first_mut()) {
+            (Some(stored), Some(first)) => Some(std::mem::replace(first, stored)),
+            _ => None,
+        };
         let images = self.images(&sent).await?;
         let started = Instant::now();
         let (stream, answering) = tokio::select! {
@@ -202,12 +217,13 @@ impl<'a> Turn<'a> {
                 self.cx.bus.store_message(&message, events).await?;
             }
             self.leaf = message.id;
+            path.push(super::as_stored(&message));
         }
+        self.give_path(path);
         if let Some(stop) = failure {
             return Err(stop);
         }
-        path.push(message.clone());
-        Ok((message, calls, path))
+        Ok((message, calls))
     }
 
     /// The call's stream from the turn's model; when that model is busy

@@ -204,9 +204,9 @@ impl Turn<'_> {
         &mut self,
         iteration: u32,
         calls: Vec<PendingCall>,
-        path: Vec<Message>,
     ) -> Result<(), Stop> {
-        let path: Arc<[Message]> = path.into();
+        // Made when the first tool runs.
+        let mut shared: Option<Arc<[Message]>> = None;
         let (progress_tx, mut progress_rx) =
             mpsc::channel::<(ToolCallId, Progress)>(PROGRESS_QUEUED);
         let mut queue: VecDeque<PendingCall> = calls.into();
@@ -281,6 +281,10 @@ impl Turn<'_> {
                 })
                 .collect();
             self.cx.bus.emit_all(self.conversation, starts).await?;
+            if shared.is_none() && !ready.is_empty() {
+                shared = Some(self.tools_path().await?);
+            }
+            let path = shared.clone().unwrap_or_else(|| Arc::from(Vec::new()));
             for (call, tool) in ready {
                 let ctx = ToolContext {
                     conversation_id: self.conversation,
@@ -381,7 +385,7 @@ impl Turn<'_> {
                 message: user.clone(),
             };
             self.cx.bus.store_message(&user, vec![event]).await?;
-            self.leaf = user.id;
+            self.on_path(&user);
             self.interjections_stored().await;
         }
         Ok(())

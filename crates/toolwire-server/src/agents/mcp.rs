@@ -321,10 +321,7 @@ pub async fn delete(state: &AppState, record: &McpServerRecord) -> ApiResult<()>
         .into_iter()
         .map(|t| (t.id, None))
         .collect();
-    state
-        .engine
-        .write_records(tool_records::KIND, &gone)
-        .await?;
+    tool_records::write(state, gone).await?;
     state.engine.delete_record(KIND, &record.id).await?;
     state.live.mcp.forget(&record.id).await;
     Ok(())
@@ -345,14 +342,11 @@ pub fn server_of(tool: &ToolRecord) -> Option<&str> {
 
 /// The stored tool records of server `id`.
 pub async fn stored_tools(state: &AppState, id: &str) -> ApiResult<Vec<ToolRecord>> {
-    let mut tools = Vec::new();
-    for doc in state.store().documents(tool_records::KIND).await? {
-        let tool = ToolRecord::from_body(doc.body)?;
-        if server_of(&tool) == Some(id) {
-            tools.push(tool);
-        }
-    }
-    Ok(tools)
+    let docs = state.store().documents(tool_records::KIND).await?;
+    Ok(tool_records::records_of(docs)?
+        .into_iter()
+        .filter(|tool| server_of(tool) == Some(id))
+        .collect())
 }
 
 /// The name the server knows `spec` by: the client names its tools
@@ -429,10 +423,7 @@ pub async fn sync_tools(state: &AppState, record: &McpServerRecord) -> ApiResult
             .map_err(|e| ApiError::internal(format!("a tool cannot be stored: {e}")))?;
         changes.push((tool.id.clone(), Some(body)));
     }
-    state
-        .engine
-        .write_records(tool_records::KIND, &changes)
-        .await?;
+    tool_records::write(state, changes).await?;
     Ok(now)
 }
 

@@ -20,6 +20,68 @@ use crate::state::AppState;
 /// The kind of a tool's record.
 pub const KIND: &str = "tool";
 
+/// The record, among the tools' (so that it is written in the same
+/// transaction as any change to them), whose body changes with every
+/// change to the stored tools: see [`StoredTools`]. Not a tool id (those
+/// are `tool-UUID`): no route reaches it.
+const VERSION_ID: &str = "catalog-version";
+
+/// The stored tool records as last read, with the version record read
+/// before them, so that a message reads one small record rather than
+/// every tool while none changed. Every change to the stored tools (on
+/// any instance: they all write through [`write`]) writes a new version
+/// in its transaction, so a version read equal to the kept one means the
+/// kept tools are what the store holds (read after that version).
+#[derive(Default)]
+pub struct StoredTools {
+    kept: std::sync::Mutex<Option<(Option<Value>, Arc<Vec<ToolRecord>>)>>,
+}
+
+impl StoredTools {
+    async fn read(&self, state: &AppState) -> ApiResult<Arc<Vec<ToolRecord>>> {
+        let version = state
+            .store()
+            .document(KIND, VERSION_ID)
+            .await?
+            .map(|doc| doc.body);
+        if let Ok(kept) = self.kept.lock()
+            && let Some((kept_version, tools)) = kept.as_ref()
+            && *kept_version == version
+        {
+            return Ok(Arc::clone(tools));
+        }
+        let mut stored = Vec::new();
+        for doc in state.store().documents(KIND).await? {
+            if doc.id != VERSION_ID {
+                stored.push(ToolRecord::from_body(doc.body)?);
+            }
+        }
+        let stored = Arc::new(stored);
+        if let Ok(mut kept) = self.kept.lock() {
+            *kept = Some((version, Arc::clone(&stored)));
+        }
+        Ok(stored)
+    }
+}
+
+/// Stores (`Some` body) or removes (`None`) tool records, with a new
+/// version of the stored tools, all in one transaction: the only way the
+/// server writes tools.
+pub async fn write(state: &AppState, mut changes: Vec<(String, Option<Value>)>) -> ApiResult<()> {
+    let version = serde_json::json!({ "version": uuid::Uuid::now_v7().to_string() });
+    changes.push((VERSION_ID.to_owned(), Some(version)));
+    state.engine.write_records(KIND, &changes).await?;
+    Ok(())
+}
+
+/// The stored tool records of `docs` (documents of [`KIND`]).
+pub fn records_of(docs: Vec<toolwire_store::Document>) -> ApiResult<Vec<ToolRecord>> {
+    docs.into_iter()
+        .filter(|doc| doc.id != VERSION_ID)
+        .map(|doc| ToolRecord::from_body(doc.body))
+        .collect()
+}
+
 /// The `tool_type` of Letta's memory tools (Letta's `ToolType`).
 pub const MEMORY_TOOL_TYPE: &str = "letta_memory_core";
 
@@ -107,17 +169,14 @@ impl ToolRecord {
 /// [`ToolsMemo`]: crate::tools_memo::ToolsMemo
 pub struct Catalog {
     engine: Arc<Vec<ToolRecord>>,
-    stored: Vec<ToolRecord>,
+    stored: Arc<Vec<ToolRecord>>,
 }
 
 impl Catalog {
-    /// The stored tools read now (they may change on any instance), over
-    /// the engine's.
+    /// The stored tools as they are now (they may change on any
+    /// instance: see [`StoredTools`]), over the engine's.
     pub async fn read(state: &AppState) -> ApiResult<Catalog> {
-        let mut stored = Vec::new();
-        for doc in state.store().documents(KIND).await? {
-            stored.push(ToolRecord::from_body(doc.body)?);
-        }
+        let stored = state.stored_tools.read(state).await?;
         let engine = state
             .tools_memo
             .get(state.engine.tools().current(), |tools| {
@@ -183,12 +242,10 @@ pub async fn save(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
     }
     let body = serde_json::to_value(record)
         .map_err(|e| ApiError::internal(format!("a tool cannot be stored: {e}")))?;
-    state.engine.put_record(KIND, &record.id, &body).await?;
-    Ok(())
+    write(state, vec![(record.id.clone(), Some(body))]).await
 }
 
 /// Removes client tool `record`.
 pub async fn delete(state: &AppState, record: &ToolRecord) -> ApiResult<()> {
-    state.engine.delete_record(KIND, &record.id).await?;
-    Ok(())
+    write(state, vec![(record.id.clone(), None)]).await
 }

@@ -12,7 +12,7 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-const MIGRATIONS: [Migration; 7] = [
+const MIGRATIONS: [Migration; 8] = [
     migration!("postgres", 1, "schema", "0001_schema.sql"),
     migration!("postgres", 2, "run owner", "0002_run_owner.sql"),
     migration!("postgres", 3, "documents", "0003_documents.sql"),
@@ -34,6 +34,12 @@ const MIGRATIONS: [Migration; 7] = [
         13,
         "conversation unfinished runs",
         "0013_conversation_unfinished_runs.sql"
+    ),
+    migration!(
+        "postgres",
+        14,
+        "conversation revision",
+        "0014_conversation_revision.sql"
     ),
 ];
 

@@ -56,6 +56,7 @@ impl FromPostgres for ConversationRow {
             forked_from_conversation: r.try_get(4)?,
             forked_from_message: r.try_get(5)?,
             created_at: ts(r, 6)?,
+            revision: r.try_get(7)?,
         })
     }
 }
@@ -64,8 +65,8 @@ impl FromPostgres for SummaryRow {
     fn from_postgres(r: &Row) -> Result<SummaryRow> {
         Ok(SummaryRow {
             conversation: ConversationRow::from_postgres(r)?,
-            message_count: r.try_get(7)?,
-            total_cost: r.try_get(8)?,
+            message_count: r.try_get(8)?,
+            total_cost: r.try_get(9)?,
         })
     }
 }

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::migrate::{self, Applied, Migration, migration};
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: [Migration; 7] = [
+pub(crate) const MIGRATIONS: [Migration; 8] = [
     migration!("sqlite", 1, "schema", "0001_schema.sql"),
     migration!("sqlite", 2, "run owner", "0002_run_owner.sql"),
     migration!("sqlite", 3, "documents", "0003_documents.sql"),
@@ -26,6 +26,12 @@ pub(crate) const MIGRATIONS: [Migration; 7] = [
         13,
         "conversation unfinished runs",
         "0013_conversation_unfinished_runs.sql"
+    ),
+    migration!(
+        "sqlite",
+        14,
+        "conversation revision",
+        "0014_conversation_revision.sql"
     ),
 ];
 

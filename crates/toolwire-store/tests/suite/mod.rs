@@ -453,6 +453,8 @@ pub async fn update_keeps_the_tree_place(db: Db) {
     s.append(&u1).await.unwrap();
     s.append(&a1).await.unwrap();
     s.set_active_leaf(c.id, u1.id).await.unwrap();
+    // Inserts and a new active leaf change no stored message.
+    assert_eq!(s.conversation(c.id).await.unwrap().revision, 0);
 
     let done = Message {
         content: vec![
@@ -477,6 +479,12 @@ pub async fn update_keeps_the_tree_place(db: Db) {
     };
     s.update(&done).await.unwrap();
     assert_eq!(s.message(a1.id).await.unwrap(), done);
+    // Each update counts, in the conversation's own read and in the one
+    // with a document.
+    assert_eq!(s.conversation(c.id).await.unwrap().revision, 1);
+    s.update(&done).await.unwrap();
+    let (read, _) = s.conversation_and_document(c.id, "k", "d").await.unwrap();
+    assert_eq!(read.revision, 2);
     assert_eq!(
         ids(&s.path_to(a1.id).await.unwrap()),
         [c.root_id, u1.id, a1.id]
