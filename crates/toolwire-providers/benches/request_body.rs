@@ -1,13 +1,16 @@
 //! Building a model request's body: a 20-message path (questions,
 //! answers, tool calls and their results) with 15 tools, for each wire
-//! format, from the request to the bytes sent.
+//! format, from the request to the bytes sent. `openai_chat_value_tree`
+//! is how the body was built before session 30 (a `serde_json::Value` of
+//! the whole request, then serialized), kept here only as the figure to
+//! compare with; it must give the same bytes.
 //!
 //! `cargo bench -p toolwire-providers --bench request_body`
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::json;
+use serde_json::{Value, json};
 use toolwire_core::{ContentBlock, ConversationId, Message, Role, ToolCallId, ToolSpec};
 use toolwire_providers::{
     AnthropicProvider, DEFAULT_MAX_TOKENS, HttpSettings, ModelRequest, OpenAiProvider,
@@ -125,19 +128,93 @@ fn request() -> ModelRequest {
 }
 
 /// The bytes sent for a body as the provider builds it.
-fn bytes(body: serde_json::Value) -> Vec<u8> {
-    serde_json::to_vec(&body).unwrap_or_default()
+fn bytes(body: Result<Vec<u8>, toolwire_providers::ProviderError>) -> Vec<u8> {
+    body.unwrap_or_default()
+}
+
+/// The chat completions body as a `Value` tree, the way it was built
+/// before session 30, for the kinds of messages [`path`] has (text, calls,
+/// results right after their calls).
+fn value_tree_body(request: &ModelRequest) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": request.system})];
+    for m in &request.messages {
+        match m.role {
+            Role::User => messages.push(json!({"role": "user", "content": m.text()})),
+            Role::Assistant => {
+                let mut msg = json!({"role": "assistant", "content": m.text()});
+                let calls: Vec<Value> = m
+                    .tool_uses()
+                    .map(|(id, _, name, args)| {
+                        json!({
+                            "id": id.0,
+                            "type": "function",
+                            "function": {"name": name, "arguments": args.to_string()},
+                        })
+                    })
+                    .collect();
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(msg);
+            }
+            Role::Tool | Role::System => {
+                for block in &m.content {
+                    if let ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        ..
+                    } = block
+                    {
+                        messages.push(json!({"role": "tool", "tool_call_id": tool_use_id.0, "content": content.clone()}));
+                    }
+                }
+            }
+        }
+    }
+    let mut body = json!({
+        "model": "gpt-bench",
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "messages": messages,
+    });
+    body["max_tokens"] = json!(DEFAULT_MAX_TOKENS);
+    body["tools"] = request
+        .tools
+        .iter()
+        .map(|spec| {
+            json!({
+                "type": "function",
+                "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": spec.parameters,
+                }
+            })
+        })
+        .collect();
+    body
 }
 
 fn bench(c: &mut Criterion) {
     let request = request();
     assert_eq!(request.messages.len(), 20);
     let openai = OpenAiProvider::new(settings(), "gpt-bench", true);
+    assert_eq!(
+        serde_json::to_vec(&value_tree_body(&request)).unwrap_or_default(),
+        bytes(openai.body(&request)),
+        "the value tree gives the bytes sent"
+    );
     let responses = OpenAiResponsesProvider::new(settings(), "o4-mini", true);
     let anthropic = AnthropicProvider::new(settings(), "claude-bench", true);
     let mut group = c.benchmark_group("request_body_20_messages_15_tools");
     group.bench_function("openai_chat", |b| {
         b.iter(|| black_box(bytes(openai.body(black_box(&request)))).len())
+    });
+    group.bench_function("openai_chat_value_tree", |b| {
+        b.iter(|| {
+            black_box(serde_json::to_vec(&value_tree_body(black_box(&request))).unwrap_or_default())
+                .len()
+        })
     });
     group.bench_function("openai_responses", |b| {
         b.iter(|| black_box(bytes(responses.body(black_box(&request)))).len())

@@ -65,7 +65,7 @@ pub fn as_text_protocol(path: &[Message]) -> Vec<Message> {
                     );
                     // The text protocol has no place for an image in a
                     // result: it follows the results, in the same message.
-                    images.extend(answer.images.into_iter().map(ContentBlock::Image));
+                    images.extend(answer.images.iter().cloned().map(ContentBlock::Image));
                 }
                 let mut content = vec![ContentBlock::Text { text }];
                 content.extend(images);

@@ -49,9 +49,9 @@ fn anthropic(max_tokens: u32) -> AnthropicProvider {
     AnthropicProvider::new(settings(LOCAL, max_tokens), "claude-test", true)
 }
 
-/// The body bytes as text, as reqwest's `json` writes them.
-fn text(body: Value) -> String {
-    serde_json::to_string(&body).expect("a body serializes")
+/// The body bytes as text (UTF-8 JSON).
+fn text(body: Result<Vec<u8>, toolwire_providers::ProviderError>) -> String {
+    String::from_utf8(body.expect("a body encodes")).expect("a body is UTF-8")
 }
 
 fn openai_body(p: &OpenAiProvider, r: &ModelRequest) -> String {
