@@ -8,6 +8,7 @@
 //! `cargo bench -p toolwire-providers --bench request_body`
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -118,7 +119,7 @@ fn request() -> ModelRequest {
     ModelRequest {
         system: "You are a helpful assistant. ".repeat(60),
         messages: path(),
-        tools: tools().into(),
+        tools: tools().into_iter().map(Arc::new).collect(),
         turn: 3,
         iteration: 1,
         images: RequestImages::default(),

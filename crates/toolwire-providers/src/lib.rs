@@ -38,6 +38,7 @@ pub mod scripted;
 pub mod xml_format;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -60,7 +61,9 @@ pub struct ModelRequest {
     pub system: String,
     /// The path after the root: user, assistant and tool messages.
     pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared with the tools that own them (see `Tool::shared_spec` in
+    /// toolwire-tools): a step's request copies no schema.
+    pub tools: Vec<Arc<ToolSpec>>,
     /// Which turn of the conversation this is (0 for the first user
     /// message), and which model call of the turn (1-based).
     pub turn: usize,

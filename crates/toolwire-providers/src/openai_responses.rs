@@ -420,13 +420,13 @@ mod tests {
         let request = ModelRequest {
             system: "be brief".into(),
             messages: vec![message(Role::User, vec![text("hi")])],
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "read_file".into(),
                 server: None,
                 description: "reads".into(),
                 parameters: json!({"type": "object"}),
                 read_only: true,
-            }],
+            })],
             turn: 0,
             iteration: 1,
             images: RequestImages::default(),

@@ -114,12 +114,14 @@ mod tests {
             messages,
             tools: tools
                 .iter()
-                .map(|name| ToolSpec {
-                    name: (*name).into(),
-                    server: None,
-                    description: String::new(),
-                    parameters: json!({"type": "object"}),
-                    read_only: true,
+                .map(|name| {
+                    std::sync::Arc::new(ToolSpec {
+                        name: (*name).into(),
+                        server: None,
+                        description: String::new(),
+                        parameters: json!({"type": "object"}),
+                        read_only: true,
+                    })
                 })
                 .collect(),
             turn: 0,

@@ -215,7 +215,7 @@ fn request(system: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelR
     ModelRequest {
         system: system.into(),
         messages,
-        tools: tools.into(),
+        tools: tools.into_iter().map(Arc::new).collect(),
         turn: 0,
         iteration: 1,
         images: RequestImages::default(),
@@ -275,7 +275,10 @@ fn openai_chat_bodies() {
 fn openai_chat_with_the_xml_tool_format() {
     let path = rich_path();
     let xml = ModelRequest {
-        system: format!("be brief\n\n{}", xml_format::tools_prompt(&tools())),
+        system: format!(
+            "be brief\n\n{}",
+            xml_format::tools_prompt(&tools().into_iter().map(Arc::new).collect::<Vec<_>>())
+        ),
         messages: xml_format::as_text_protocol(&path),
         ..request("", Vec::new(), Vec::new())
     };
