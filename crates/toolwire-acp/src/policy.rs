@@ -128,7 +128,7 @@ pub(crate) fn require_approval(
                 Policy::Allow => false,
             },
         )
-        .map(|spec| spec.name)
+        .map(|spec| spec.name.clone())
         .collect()
 }
 

@@ -156,8 +156,8 @@ fn bench(c: &mut Criterion) {
         let sample = rt.block_on(request(db.store.as_ref(), leaf));
         println!(
             "images/{name}: OpenAI body {} bytes, Anthropic body {} bytes",
-            openai.body(&sample).to_string().len(),
-            anthropic.body(&sample).to_string().len()
+            openai.body(&sample).map_or(0, |b| b.len()),
+            anthropic.body(&sample).map_or(0, |b| b.len())
         );
         group.bench_function(format!("replay_100/{name}_read_only"), |b| {
             b.iter(|| black_box(rt.block_on(request(db.store.as_ref(), leaf)).messages.len()))
@@ -165,13 +165,13 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("replay_100/{name}_openai"), |b| {
             b.iter(|| {
                 let request = rt.block_on(request(db.store.as_ref(), leaf));
-                black_box(openai.body(&request).to_string().len())
+                black_box(openai.body(&request).map_or(0, |b| b.len()))
             })
         });
         group.bench_function(format!("replay_100/{name}_anthropic"), |b| {
             b.iter(|| {
                 let request = rt.block_on(request(db.store.as_ref(), leaf));
-                black_box(anthropic.body(&request).to_string().len())
+                black_box(anthropic.body(&request).map_or(0, |b| b.len()))
             })
         });
     }

@@ -133,7 +133,7 @@ fn registry(server: &Arc<McpServer>) -> ToolRegistry {
 }
 
 fn names(registry: &ToolRegistry) -> Vec<String> {
-    registry.specs().into_iter().map(|s| s.name).collect()
+    registry.specs().iter().map(|s| s.name.clone()).collect()
 }
 
 /// Waits (up to 10 s) until `server` no longer counts as running.

@@ -489,13 +489,23 @@ async fn max_tokens_is_always_sent() {
     ] {
         let mut settings = http(base);
         settings.max_tokens = 777;
-        let body = OpenAiProvider::new(settings, "o3", true).body(&request);
+        let body: serde_json::Value = serde_json::from_slice(
+            &OpenAiProvider::new(settings, "o3", true)
+                .body(&request)
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(body["max_completion_tokens"], 777, "{base}");
         assert!(body.get("max_tokens").is_none(), "{base}");
     }
     let mut settings = http("https://api.anthropic.com");
     settings.max_tokens = 777;
-    let body = toolwire_providers::AnthropicProvider::new(settings, "claude", true).body(&request);
+    let body: serde_json::Value = serde_json::from_slice(
+        &toolwire_providers::AnthropicProvider::new(settings, "claude", true)
+            .body(&request)
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(body["max_tokens"], 777);
 }
 

@@ -1,12 +1,15 @@
 //! Anthropic messages, streaming, with prompt caching ([`crate::prompt_cache`]).
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
-use serde_json::{Value, json};
-use toolwire_core::{Message, Role};
+use serde::Serialize;
+use serde_json::Value;
+use toolwire_core::{Message, Role, ToolSpec};
 use toolwire_stream::AnthropicDecoder;
 
-use crate::history::{Group, grouped, images, plain_text};
-use crate::http::{HttpSettings, KeyHeader, endpoint, post_stream};
+use crate::history::{Group, grouped, images, joined_text, plain_text};
+use crate::http::{HttpSettings, KeyHeader, encode, endpoint, post_stream};
 use crate::images::{RequestImages, Shown};
 use crate::prompt_cache;
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
@@ -43,34 +46,50 @@ impl AnthropicProvider {
         self
     }
 
-    /// The JSON body for `request`.
-    pub fn body(&self, request: &ModelRequest) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "max_tokens": self.settings.max_tokens,
-            "stream": true,
-            "messages": messages(&request.messages, &request.images),
+    /// The JSON body for `request`, as sent: serialized straight from
+    /// the request (no `Value` tree in between), with the prompt-cache
+    /// breakpoints ([`prompt_cache`]) when caching is on.
+    pub fn body(&self, request: &ModelRequest) -> Result<Vec<u8>, ProviderError> {
+        let mut messages = messages(&request.messages, &request.images);
+        let cache = self.prompt_caching;
+        let system = (!request.system.is_empty()).then(|| {
+            if cache {
+                System::Blocks([SystemBlock {
+                    kind: "text",
+                    text: &request.system,
+                    cache_control: Some(Ephemeral::MARK),
+                }])
+            } else {
+                System::Text(&request.system)
+            }
         });
-        if !request.system.is_empty() {
-            body["system"] = json!(request.system);
+        let tools: Option<Vec<AnthropicTool<'_>>> = (self.native_tools
+            && !request.tools.is_empty())
+        .then(|| {
+            let mut tools: Vec<_> = request.tools.iter().map(|t| AnthropicTool::of(t)).collect();
+            if cache && let Some(last) = tools.last_mut() {
+                last.cache_control = Some(Ephemeral::MARK);
+            }
+            tools
+        });
+        if cache {
+            prompt_cache::mark(&mut messages);
         }
-        if let Some(budget) = request
-            .reasoning_effort
-            .and_then(|e| e.thinking_budget(self.settings.max_tokens))
-        {
-            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-        }
-        if self.native_tools && !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                .collect();
-        }
-        if self.prompt_caching {
-            prompt_cache::mark(&mut body);
-        }
-        body
+        encode(&Body {
+            model: &self.model,
+            max_tokens: self.settings.max_tokens,
+            stream: true,
+            messages,
+            system,
+            thinking: request
+                .reasoning_effort
+                .and_then(|e| e.thinking_budget(self.settings.max_tokens))
+                .map(|budget_tokens| Thinking {
+                    kind: "enabled",
+                    budget_tokens,
+                }),
+            tools,
+        })
     }
 }
 
@@ -82,7 +101,7 @@ impl Provider for AnthropicProvider {
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
         let url = endpoint(&self.settings.base_url, "v1/messages");
-        let body = self.body(request);
+        let body = self.body(request)?;
         post_stream(
             &url,
             || {
@@ -90,7 +109,7 @@ impl Provider for AnthropicProvider {
                     .post(&self.client, &url, KeyHeader::Named("x-api-key"))
                     .header("anthropic-version", API_VERSION)
             },
-            &body,
+            body,
             self.settings.retry,
             self.settings.limits,
             Box::new(AnthropicDecoder::new()),
@@ -99,19 +118,170 @@ impl Provider for AnthropicProvider {
     }
 }
 
+/// An Anthropic messages request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    stream: bool,
+    messages: Vec<AnthropicMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<System<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<AnthropicTool<'a>>>,
+}
+
+/// The system prompt: a string, or one text block to carry a breakpoint.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum System<'a> {
+    Text(&'a str),
+    Blocks([SystemBlock<'a>; 1]),
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct AnthropicTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+impl<'a> AnthropicTool<'a> {
+    fn of(spec: &'a ToolSpec) -> Self {
+        AnthropicTool {
+            name: &spec.name,
+            description: &spec.description,
+            input_schema: &spec.parameters,
+            cache_control: None,
+        }
+    }
+}
+
+/// A prompt-cache breakpoint: `{"type": "ephemeral"}`.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl Ephemeral {
+    pub const MARK: Ephemeral = Ephemeral { kind: "ephemeral" };
+}
+
+/// One message as sent: its role and its blocks.
+#[derive(Serialize)]
+pub struct AnthropicMessage<'a> {
+    pub role: &'static str,
+    pub content: Vec<Block<'a>>,
+}
+
+/// A content block. Each may carry a prompt-cache breakpoint, written
+/// after its other fields.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block<'a> {
+    Text {
+        text: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+    Image {
+        source: ImageSource,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: ResultContent<'a>,
+        is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+}
+
+impl Block<'_> {
+    fn text(text: Cow<'_, str>) -> Block<'_> {
+        Block::Text {
+            text,
+            cache_control: None,
+        }
+    }
+
+    /// Its breakpoint, to set.
+    pub(crate) fn cache_control(&mut self) -> &mut Option<Ephemeral> {
+        match self {
+            Block::Text { cache_control, .. }
+            | Block::Image { cache_control, .. }
+            | Block::ToolUse { cache_control, .. }
+            | Block::ToolResult { cache_control, .. } => cache_control,
+        }
+    }
+
+    /// Whether it may carry a breakpoint: an empty text block may not.
+    pub(crate) fn markable(&self) -> bool {
+        !matches!(self, Block::Text { text, .. } if text.is_empty())
+    }
+}
+
+/// A tool result's content: a string, or blocks when it has images.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum ResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<Block<'a>>),
+}
+
+#[derive(Serialize)]
+pub struct ImageSource {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: String,
+    data: String,
+}
+
 /// The conversation as Anthropic messages. Roles must alternate, so tool
 /// results and a user message that follows them share one user message.
 /// Images are `image` blocks with base64 sources, in a user message after
 /// its text, and inside a `tool_result`'s content list after its text.
-pub fn messages(path: &[Message], shown: &RequestImages) -> Vec<Value> {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, blocks: Vec<Value>| {
+pub fn messages<'a>(path: &'a [Message], shown: &RequestImages) -> Vec<AnthropicMessage<'a>> {
+    let mut out: Vec<AnthropicMessage<'a>> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Block<'a>>| {
         if blocks.is_empty() {
             return;
         }
         match out.last_mut() {
-            Some((last, content)) if *last == role => content.extend(blocks),
-            _ => out.push((role, blocks)),
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => out.push(AnthropicMessage {
+                role,
+                content: blocks,
+            }),
         }
     };
     for group in grouped(path) {
@@ -121,19 +291,24 @@ pub fn messages(path: &[Message], shown: &RequestImages) -> Vec<Value> {
                     let text = plain_text(m);
                     let mut blocks = Vec::new();
                     if !text.is_empty() {
-                        blocks.push(json!({"type": "text", "text": text}));
+                        blocks.push(Block::text(text));
                     }
                     blocks.extend(images(m).into_iter().map(|i| image_block(shown.show(i))));
                     push("user", blocks);
                 }
                 Role::Assistant => {
                     let mut blocks = Vec::new();
-                    let text = m.text();
+                    let text = joined_text(m);
                     if !text.is_empty() {
-                        blocks.push(json!({"type": "text", "text": text}));
+                        blocks.push(Block::text(text));
                     }
                     for (id, _, name, args) in m.tool_uses() {
-                        blocks.push(json!({"type": "tool_use", "id": id.0, "name": name, "input": args}));
+                        blocks.push(Block::ToolUse {
+                            id: &id.0,
+                            name,
+                            input: args,
+                            cache_control: None,
+                        });
                     }
                     push("assistant", blocks);
                 }
@@ -147,33 +322,40 @@ pub fn messages(path: &[Message], shown: &RequestImages) -> Vec<Value> {
                         // Plain string content unless there are images:
                         // the shape every request had before them.
                         let content = if answer.images.is_empty() {
-                            json!(answer.content)
+                            ResultContent::Text(answer.content)
                         } else {
                             let mut blocks = Vec::new();
                             if !answer.content.is_empty() {
-                                blocks.push(json!({"type": "text", "text": answer.content}));
+                                blocks.push(Block::text(answer.content));
                             }
                             blocks.extend(answer.images.iter().map(|i| image_block(shown.show(i))));
-                            Value::Array(blocks)
+                            ResultContent::Blocks(blocks)
                         };
-                        json!({"type": "tool_result", "tool_use_id": answer.id.0, "content": content, "is_error": answer.is_error})
+                        Block::ToolResult {
+                            tool_use_id: &answer.id.0,
+                            content,
+                            is_error: answer.is_error,
+                            cache_control: None,
+                        }
                     })
                     .collect(),
             ),
         }
     }
-    out.into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+    out
 }
 
 /// An image as a content block, or the placeholder as a text block.
-fn image_block(shown: Shown) -> Value {
+fn image_block<'a>(shown: Shown) -> Block<'a> {
     match shown {
-        Shown::Image { media_type, data } => json!({
-            "type": "image",
-            "source": {"type": "base64", "media_type": media_type, "data": data},
-        }),
-        Shown::Placeholder(text) => json!({"type": "text", "text": text}),
+        Shown::Image { media_type, data } => Block::Image {
+            source: ImageSource {
+                kind: "base64",
+                media_type,
+                data,
+            },
+            cache_control: None,
+        },
+        Shown::Placeholder(text) => Block::text(Cow::Owned(text)),
     }
 }

@@ -3,6 +3,8 @@
 //! are stored in the order the tools finished), and the text a message
 //! carries, notifications included.
 
+use std::borrow::Cow;
+
 use toolwire_core::{BlobRef, ContentBlock, Message, Role, ToolCallId, format_block};
 
 use toolwire_core::NOT_RUN_AFTER_STOP;
@@ -12,17 +14,17 @@ pub enum Group<'a> {
     Message(&'a Message),
     /// The results following an assistant message, in the order of the
     /// calls.
-    Results(Vec<Answer>),
+    Results(Vec<Answer<'a>>),
 }
 
-/// One tool result as providers send it.
-pub struct Answer {
-    pub id: ToolCallId,
+/// One tool result as providers send it, borrowed from the path.
+pub struct Answer<'a> {
+    pub id: &'a ToolCallId,
     /// Its text, notifications delivered with it included.
-    pub content: String,
+    pub content: Cow<'a, str>,
     pub is_error: bool,
     /// The images it returned.
-    pub images: Vec<BlobRef>,
+    pub images: &'a [BlobRef],
 }
 
 /// Groups consecutive tool messages and orders their results by call. A
@@ -31,14 +33,14 @@ pub struct Answer {
 /// refuse a request holding an unanswered call, so one must never go out.
 pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
     let mut out = Vec::new();
-    let mut call_order: Vec<ToolCallId> = Vec::new();
+    let mut call_order: Vec<&ToolCallId> = Vec::new();
     let mut i = 0;
     while i < path.len() {
         let m = &path[i];
         if m.role != Role::Tool {
             close_open_calls(&mut out, &mut call_order, Vec::new());
             if m.role == Role::Assistant {
-                call_order = m.tool_uses().map(|(id, ..)| id.clone()).collect();
+                call_order = m.tool_uses().map(|(id, ..)| id).collect();
             }
             out.push(Group::Message(m));
             i += 1;
@@ -58,15 +60,15 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
                 } = block
                 {
                     let content = match &notifications {
-                        Some(block) if content.is_empty() => block.clone(),
-                        Some(block) => format!("{content}\n\n{block}"),
-                        None => content.clone(),
+                        Some(block) if content.is_empty() => Cow::Owned(block.clone()),
+                        Some(block) => Cow::Owned(format!("{content}\n\n{block}")),
+                        None => Cow::Borrowed(content.as_str()),
                     };
                     results.push(Answer {
-                        id: tool_use_id.clone(),
+                        id: tool_use_id,
                         content,
                         is_error: *is_error,
-                        images: images.clone(),
+                        images,
                     });
                 }
             }
@@ -82,19 +84,19 @@ pub fn grouped(path: &[Message]) -> Vec<Group<'_>> {
 /// `call_order` they leave open), ordered by call; nothing when there are
 /// neither results nor open calls. Clears `call_order`: the calls are
 /// answered.
-fn close_open_calls(
-    out: &mut Vec<Group<'_>>,
-    call_order: &mut Vec<ToolCallId>,
-    mut results: Vec<Answer>,
+fn close_open_calls<'a>(
+    out: &mut Vec<Group<'a>>,
+    call_order: &mut Vec<&'a ToolCallId>,
+    mut results: Vec<Answer<'a>>,
 ) {
-    for id in call_order.iter() {
-        if !results.iter().any(|answer| &answer.id == id) {
+    for &id in call_order.iter() {
+        if !results.iter().any(|answer| answer.id == id) {
             tracing::warn!(call = %id.0, "a tool call without a result is sent as not run");
             results.push(Answer {
-                id: id.clone(),
-                content: NOT_RUN_AFTER_STOP.to_owned(),
+                id,
+                content: Cow::Borrowed(NOT_RUN_AFTER_STOP),
                 is_error: true,
-                images: Vec::new(),
+                images: &[],
             });
         }
     }
@@ -104,7 +106,7 @@ fn close_open_calls(
     results.sort_by_key(|answer| {
         call_order
             .iter()
-            .position(|c| c == &answer.id)
+            .position(|&c| c == answer.id)
             .unwrap_or(usize::MAX)
     });
     call_order.clear();
@@ -123,8 +125,15 @@ pub(crate) fn images(m: &Message) -> Vec<&BlobRef> {
 }
 
 /// Text and notifications of a message, as the model reads them: the
-/// text, then the notifications' block.
-pub(crate) fn plain_text(m: &Message) -> String {
+/// text, then the notifications' block. Borrowed when the message is one
+/// text block (most are).
+pub(crate) fn plain_text(m: &Message) -> Cow<'_, str> {
+    let notifications = format_block(&m.content);
+    if notifications.is_none()
+        && let Some(text) = only_text(m)
+    {
+        return Cow::Borrowed(text);
+    }
     let mut s = String::new();
     for block in &m.content {
         if let ContentBlock::Text { text } = block {
@@ -134,13 +143,33 @@ pub(crate) fn plain_text(m: &Message) -> String {
             s.push_str(text);
         }
     }
-    if let Some(block) = format_block(&m.content) {
+    if let Some(block) = notifications {
         if !s.is_empty() {
             s.push_str("\n\n");
         }
         s.push_str(&block);
     }
-    s
+    Cow::Owned(s)
+}
+
+/// The text blocks of a message, joined without a separator (what
+/// [`Message::text`] gives), borrowed when there is at most one.
+pub(crate) fn joined_text(m: &Message) -> Cow<'_, str> {
+    match only_text(m) {
+        Some(text) => Cow::Borrowed(text),
+        None => Cow::Owned(m.text()),
+    }
+}
+
+/// The text of a message with at most one text block ("" with none);
+/// `None` when it has several.
+fn only_text(m: &Message) -> Option<&str> {
+    let mut texts = m.content.iter().filter_map(|b| match b {
+        ContentBlock::Text { text } => Some(text.as_str()),
+        _ => None,
+    });
+    let first = texts.next().unwrap_or("");
+    texts.next().is_none().then_some(first)
 }
 
 #[cfg(test)]
@@ -178,7 +207,7 @@ mod tests {
             .filter_map(|g| match g {
                 Group::Results(r) => Some(
                     r.iter()
-                        .map(|a| (a.id.0.clone(), a.content.clone()))
+                        .map(|a| (a.id.0.clone(), a.content.to_string()))
                         .collect(),
                 ),
                 Group::Message(_) => None,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde::Serialize;
 use toolwire_stream::{Decoder, StreamEvent};
 
 use crate::retry_after::{self, RetryAfter};
@@ -112,8 +112,8 @@ pub(crate) enum KeyHeader {
 }
 
 impl HttpSettings {
-    /// A POST to `url` carrying the key (as `key` says) and the
-    /// configured headers: what every HTTP provider sends.
+    /// A POST to `url` carrying the key (as `key` says), the configured
+    /// headers and the JSON content type: what every HTTP provider sends.
     pub(crate) fn post(
         &self,
         client: &reqwest::Client,
@@ -129,6 +129,17 @@ impl HttpSettings {
         }
         for (name, value) in &self.headers {
             req = req.header(name, value);
+        }
+        // What reqwest's `json` did: a configured content type wins.
+        if !self
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        {
+            req = req.header(
+                reqwest::header::CONTENT_TYPE,
+                reqwest::header::HeaderValue::from_static("application/json"),
+            );
         }
         req
     }
@@ -168,32 +179,40 @@ pub(crate) fn endpoint(base: &str, path: &str) -> String {
     }
 }
 
-/// Posts `body` to `url`, retrying connect errors, 429 (after its
+/// `body` as the JSON bytes sent.
+pub(crate) fn encode(body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(body).map_err(|e| ProviderError::Encode(e.to_string()))
+}
+
+/// Posts `body` (JSON bytes) to `url`, retrying connect errors, 429 (after its
 /// Retry-After, if it is within the policy's cap) and 5xx, then streams the
 /// response through `decoder`.
 pub(crate) async fn post_stream(
     url: &str,
     request: impl Fn() -> reqwest::RequestBuilder,
-    body: &Value,
+    body: Vec<u8>,
     retry: RetryPolicy,
     limits: StreamLimits,
     decoder: Box<dyn Decoder + Send>,
 ) -> Result<EventStream, ProviderError> {
     let shown = redact_url(url);
+    // Shared by the attempts without a copy.
+    let body = bytes::Bytes::from(body);
     let mut attempt = 0;
     let (response, deadline) = loop {
         let deadline = tokio::time::Instant::now() + limits.first_byte_timeout;
-        let outcome = match tokio::time::timeout_at(deadline, request().json(body).send()).await {
-            Ok(outcome) => outcome,
-            // Not retried: the server is there and may be running (and
-            // billing) the request already.
-            Err(_) => {
-                return Err(ProviderError::FirstByteTimeout {
-                    url: shown,
-                    secs: limits.first_byte_timeout.as_secs_f64(),
-                });
-            }
-        };
+        let outcome =
+            match tokio::time::timeout_at(deadline, request().body(body.clone()).send()).await {
+                Ok(outcome) => outcome,
+                // Not retried: the server is there and may be running (and
+                // billing) the request already.
+                Err(_) => {
+                    return Err(ProviderError::FirstByteTimeout {
+                        url: shown,
+                        secs: limits.first_byte_timeout.as_secs_f64(),
+                    });
+                }
+            };
         let wait = match outcome {
             Ok(resp) if resp.status().is_success() => break (resp, deadline),
             Ok(resp) => {

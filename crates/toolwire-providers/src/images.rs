@@ -135,6 +135,10 @@ mod tests {
         }
     }
 
+    fn to_json(messages: &impl serde::Serialize) -> Value {
+        serde_json::to_value(messages).expect("messages encode")
+    }
+
     fn b64(bytes: &[u8]) -> String {
         STANDARD.encode(bytes)
     }
@@ -145,7 +149,7 @@ mod tests {
         let shown = seeing(&[(&seen, PNG), (&shot, b"\xff\xd8\xffjpeg")]);
         let messages = openai::messages("sys", &path, &shown);
         assert_eq!(
-            Value::Array(messages),
+            to_json(&messages),
             json!([
                 {"role": "system", "content": "sys"},
                 {"role": "user", "content": [
@@ -170,7 +174,7 @@ mod tests {
         let shown = seeing(&[(&seen, PNG), (&shot, b"\xff\xd8\xffjpeg")]);
         let messages = anthropic::messages(&path, &shown);
         assert_eq!(
-            Value::Array(messages),
+            to_json(&messages),
             json!([
                 {"role": "user", "content": [
                     {"type": "text", "text": "what is this?"},
@@ -197,7 +201,7 @@ mod tests {
             bytes: HashMap::new(),
         };
         let placeholder = |r: &BlobRef| r.placeholder(CANNOT_SEE_IMAGES);
-        let body = Value::Array(openai::messages("", &path, &blind));
+        let body = to_json(&openai::messages("", &path, &blind));
         assert_eq!(
             body[0]["content"],
             json!([
@@ -212,7 +216,7 @@ mod tests {
         assert_eq!(body.as_array().map(Vec::len), Some(3), "no image message");
         assert!(!body.to_string().contains("image_url"));
 
-        let body = Value::Array(anthropic::messages(&path, &blind));
+        let body = to_json(&anthropic::messages(&path, &blind));
         assert_eq!(
             body[0]["content"][1],
             json!({"type": "text", "text": placeholder(&seen)})
@@ -232,7 +236,7 @@ mod tests {
     fn an_image_missing_from_the_store_is_named() {
         let (one, seen, _) = path();
         let shown = seeing(&[(&seen, PNG)]);
-        let body = Value::Array(anthropic::messages(&one, &shown));
+        let body = to_json(&anthropic::messages(&one, &shown));
         let text = body[2]["content"][0]["content"][1]["text"]
             .as_str()
             .unwrap_or_default();
@@ -244,7 +248,7 @@ mod tests {
         if let ContentBlock::ToolResult { images, .. } = &mut two[2].content[0] {
             images.insert(0, seen.clone());
         }
-        let body = Value::Array(openai::messages("", &two, &shown));
+        let body = to_json(&openai::messages("", &two, &shown));
         let result = body[2]["content"].as_str().unwrap_or_default();
         assert_eq!(
             result,
@@ -267,7 +271,7 @@ mod tests {
         let (path, seen, shot) = path();
         let shown = seeing(&[(&seen, PNG), (&shot, b"\xff\xd8\xffjpeg")]);
         let text_path = xml_format::as_text_protocol(&path);
-        let body = Value::Array(openai::messages("", &text_path, &shown));
+        let body = to_json(&openai::messages("", &text_path, &shown));
         let last = &body[2]["content"];
         assert_eq!(last[0]["type"], "text");
         assert!(
@@ -290,7 +294,7 @@ mod tests {
         );
         let shown = RequestImages::default();
         assert_eq!(
-            Value::Array(openai::messages("", std::slice::from_ref(&user), &shown)),
+            to_json(&openai::messages("", std::slice::from_ref(&user), &shown)),
             json!([{"role": "user", "content": "hi"}])
         );
     }

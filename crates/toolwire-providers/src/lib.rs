@@ -38,6 +38,7 @@ pub mod scripted;
 pub mod xml_format;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -60,7 +61,9 @@ pub struct ModelRequest {
     pub system: String,
     /// The path after the root: user, assistant and tool messages.
     pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared with the tools that own them (see `Tool::shared_spec` in
+    /// toolwire-tools): a step's request copies no schema.
+    pub tools: Vec<Arc<ToolSpec>>,
     /// Which turn of the conversation this is (0 for the first user
     /// message), and which model call of the turn (1-based).
     pub turn: usize,
@@ -172,6 +175,8 @@ pub enum ProviderError {
     MissingKey(String),
     #[error("script: {0}")]
     Script(String),
+    #[error("the request could not be written as JSON: {0}")]
+    Encode(String),
 }
 
 impl ProviderError {
@@ -195,7 +200,8 @@ impl ProviderError {
             | ProviderError::NotAStream { .. }
             | ProviderError::TooLarge { .. }
             | ProviderError::MissingKey(_)
-            | ProviderError::Script(_) => false,
+            | ProviderError::Script(_)
+            | ProviderError::Encode(_) => false,
         }
     }
 
@@ -277,30 +283,36 @@ mod reasoning_tests {
         }
     }
 
+    /// A body as JSON.
+    fn json(bytes: Result<Vec<u8>, ProviderError>) -> serde_json::Value {
+        let bytes = bytes.expect("the body encodes");
+        serde_json::from_slice(&bytes).expect("the body is JSON")
+    }
+
     #[test]
     fn each_provider_writes_the_effort_in_its_own_field_and_none_without_one() {
         let high = request(Some(ReasoningEffort::High));
         let none = request(None);
         let openai = OpenAiProvider::new(settings(DEFAULT_MAX_TOKENS), "o-test", true);
-        assert_eq!(openai.body(&high)["reasoning_effort"], "high");
-        assert!(openai.body(&none).get("reasoning_effort").is_none());
+        assert_eq!(json(openai.body(&high))["reasoning_effort"], "high");
+        assert!(json(openai.body(&none)).get("reasoning_effort").is_none());
         let responses = OpenAiResponsesProvider::new(settings(DEFAULT_MAX_TOKENS), "o4-mini", true);
         assert_eq!(
-            responses.body(&high)["reasoning"],
+            json(responses.body(&high))["reasoning"],
             serde_json::json!({"effort": "high"})
         );
-        assert!(responses.body(&none).get("reasoning").is_none());
+        assert!(json(responses.body(&none)).get("reasoning").is_none());
         let anthropic = AnthropicProvider::new(settings(32_000), "claude-test", true);
         assert_eq!(
-            anthropic.body(&high)["thinking"],
+            json(anthropic.body(&high))["thinking"],
             serde_json::json!({"type": "enabled", "budget_tokens": 16384})
         );
-        assert!(anthropic.body(&none).get("thinking").is_none());
+        assert!(json(anthropic.body(&none)).get("thinking").is_none());
         // The budget stays under max_tokens; no room for the smallest: none.
         let small = AnthropicProvider::new(settings(4096), "claude-test", true);
-        assert_eq!(small.body(&high)["thinking"]["budget_tokens"], 4095);
+        assert_eq!(json(small.body(&high))["thinking"]["budget_tokens"], 4095);
         let tiny = AnthropicProvider::new(settings(1024), "claude-test", true);
-        assert!(tiny.body(&high).get("thinking").is_none());
+        assert!(json(tiny.body(&high)).get("thinking").is_none());
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp server,
 //! Ollama, DeepSeek, Groq, …), streaming.
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use toolwire_core::{Message, Role};
 use toolwire_stream::OpenAiChatDecoder;
 
-use crate::history::{Answer, Group, grouped, images, plain_text};
-use crate::http::{HttpSettings, KeyHeader, endpoint, post_stream};
+use crate::history::{Answer, Group, grouped, images, joined_text, plain_text};
+use crate::http::{HttpSettings, KeyHeader, encode, endpoint, post_stream};
 use crate::images::{RequestImages, Shown};
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 use toolwire_core::ToolSpec;
@@ -22,53 +25,61 @@ pub struct OpenAiProvider {
     model: String,
     /// Send tool definitions (false with the XML tool format).
     native_tools: bool,
+    /// Write the output limit as `max_completion_tokens` (OpenAI's own
+    /// API and Azure's), else as `max_tokens`.
+    completion_tokens_field: bool,
 }
 
 impl OpenAiProvider {
     pub fn new(settings: HttpSettings, model: impl Into<String>, native_tools: bool) -> Self {
         OpenAiProvider {
             client: reqwest::Client::new(),
+            completion_tokens_field: Self::wants_completion_tokens(&settings.base_url),
             settings,
             model: model.into(),
             native_tools,
         }
     }
 
-    /// The JSON body for `request`.
-    pub fn body(&self, request: &ModelRequest) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "messages": messages(&request.system, &request.messages, &request.images),
-        });
-        body[self.max_tokens_field()] = json!(self.settings.max_tokens);
-        if let Some(effort) = request.reasoning_effort {
-            body["reasoning_effort"] = json!(effort.as_str());
-        }
-        if self.native_tools && !request.tools.is_empty() {
-            body["tools"] = request.tools.iter().map(tool).collect();
-        }
-        if let Some(format) = &request.response_format {
-            body["response_format"] = format.clone();
-        }
-        body
+    /// The JSON body for `request`, as sent: serialized straight from
+    /// the request (no `Value` tree in between), keys in the order
+    /// OpenAI's own clients write them.
+    pub fn body(&self, request: &ModelRequest) -> Result<Vec<u8>, ProviderError> {
+        let max_tokens = Some(self.settings.max_tokens);
+        let (max_tokens, max_completion_tokens) = if self.completion_tokens_field {
+            (None, max_tokens)
+        } else {
+            (max_tokens, None)
+        };
+        let tools = (self.native_tools && !request.tools.is_empty())
+            .then(|| request.tools.iter().map(|t| ChatTool::of(t)).collect());
+        encode(&Body {
+            model: &self.model,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            messages: messages(&request.system, &request.messages, &request.images),
+            max_tokens,
+            max_completion_tokens,
+            reasoning_effort: request.reasoning_effort.map(|e| e.as_str()),
+            tools,
+            response_format: request.response_format.as_ref(),
+        })
     }
 
     /// OpenAI's own API (and Azure's) refuse `max_tokens` for reasoning
     /// models and want `max_completion_tokens`; the servers that speak its
     /// wire format (vLLM, llama.cpp, Ollama, Groq, DeepSeek, LM Studio…)
     /// all read `max_tokens`, and not all know the newer name.
-    fn max_tokens_field(&self) -> &'static str {
-        let host = reqwest::Url::parse(&self.settings.base_url)
+    /// Decided once, when the provider is made: parsing the URL at every
+    /// request showed in profiles.
+    fn wants_completion_tokens(base_url: &str) -> bool {
+        let host = reqwest::Url::parse(base_url)
             .ok()
             .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
             .unwrap_or_default();
-        if host == "api.openai.com" || host.ends_with(".openai.azure.com") {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        }
+        host == "api.openai.com" || host.ends_with(".openai.azure.com")
     }
 }
 
@@ -80,11 +91,11 @@ impl Provider for OpenAiProvider {
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
         let url = endpoint(&self.settings.base_url, "chat/completions");
-        let body = self.body(request);
+        let body = self.body(request)?;
         post_stream(
             &url,
             || self.settings.post(&self.client, &url, KeyHeader::Bearer),
-            &body,
+            body,
             self.settings.retry,
             self.settings.limits,
             Box::new(OpenAiChatDecoder::new()),
@@ -93,61 +104,174 @@ impl Provider for OpenAiProvider {
     }
 }
 
-fn tool(spec: &ToolSpec) -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.parameters,
+/// A chat completions request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    stream: bool,
+    stream_options: StreamOptions,
+    messages: Vec<ChatMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<ChatTool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// A function tool: `{"type": "function", "function": {…}}`.
+#[derive(Serialize)]
+struct ChatTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> ChatTool<'a> {
+    fn of(spec: &'a ToolSpec) -> Self {
+        ChatTool {
+            kind: "function",
+            function: Function {
+                name: &spec.name,
+                description: &spec.description,
+                parameters: &spec.parameters,
+            },
         }
-    })
+    }
+}
+
+/// One chat message as sent.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum ChatMessage<'a> {
+    /// A system or user message.
+    Plain {
+        role: &'static str,
+        content: Content<'a>,
+    },
+    Assistant {
+        role: &'static str,
+        content: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall<'a>>,
+    },
+    Tool {
+        role: &'static str,
+        tool_call_id: &'a str,
+        content: Cow<'a, str>,
+    },
+}
+
+/// A message's content: a string, or parts (text and images).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Content<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Serialize)]
+pub struct ImageUrl {
+    url: String,
+}
+
+/// A call as the assistant message carries it, its arguments as a JSON
+/// string.
+#[derive(Serialize)]
+pub struct ToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    arguments: String,
 }
 
 /// The conversation as chat messages: tool results become `tool` messages
 /// in the order of the calls they answer. A user message with images
 /// carries content parts (its text, then `image_url` parts with data URLs);
 /// one without keeps plain string content.
-pub fn messages(system: &str, path: &[Message], shown: &RequestImages) -> Vec<Value> {
-    let mut out = Vec::new();
+pub fn messages<'a>(
+    system: &'a str,
+    path: &'a [Message],
+    shown: &RequestImages,
+) -> Vec<ChatMessage<'a>> {
+    let mut out = Vec::with_capacity(path.len() + 1);
     if !system.is_empty() {
-        out.push(json!({"role": "system", "content": system}));
+        out.push(ChatMessage::Plain {
+            role: "system",
+            content: Content::Text(Cow::Borrowed(system)),
+        });
     }
     for group in grouped(path) {
         match group {
             Group::Message(m) => match m.role {
-                Role::System => out.push(json!({"role": "system", "content": plain_text(m)})),
+                Role::System => out.push(ChatMessage::Plain {
+                    role: "system",
+                    content: Content::Text(plain_text(m)),
+                }),
                 Role::User => {
                     let images = images(m);
                     let content = if images.is_empty() {
-                        json!(plain_text(m))
+                        Content::Text(plain_text(m))
                     } else {
                         let mut parts = Vec::new();
                         let text = plain_text(m);
                         if !text.is_empty() {
-                            parts.push(json!({"type": "text", "text": text}));
+                            parts.push(Part::Text { text });
                         }
                         parts.extend(images.into_iter().map(|i| image_part(shown.show(i))));
-                        Value::Array(parts)
+                        Content::Parts(parts)
                     };
-                    out.push(json!({"role": "user", "content": content}));
+                    out.push(ChatMessage::Plain {
+                        role: "user",
+                        content,
+                    });
                 }
                 Role::Assistant => {
-                    let mut msg = json!({"role": "assistant", "content": m.text()});
-                    let calls: Vec<Value> = m
+                    let tool_calls = m
                         .tool_uses()
-                        .map(|(id, _, name, args)| {
-                            json!({
-                                "id": id.0,
-                                "type": "function",
-                                "function": {"name": name, "arguments": args.to_string()},
-                            })
+                        .map(|(id, _, name, args)| ToolCall {
+                            id: &id.0,
+                            kind: "function",
+                            function: CallFunction {
+                                name,
+                                arguments: args.to_string(),
+                            },
                         })
                         .collect();
-                    if !calls.is_empty() {
-                        msg["tool_calls"] = Value::Array(calls);
-                    }
-                    out.push(msg);
+                    out.push(ChatMessage::Assistant {
+                        role: "assistant",
+                        content: joined_text(m),
+                        tool_calls,
+                    });
                 }
                 Role::Tool => {}
             },
@@ -163,34 +287,53 @@ pub fn messages(system: &str, path: &[Message], shown: &RequestImages) -> Vec<Va
 /// after the results, each after a line naming its call: what codex and
 /// other agents send. Placeholders (a model without vision) stay in the
 /// result's text.
-fn tool_messages(out: &mut Vec<Value>, results: Vec<Answer>, shown: &RequestImages) {
+fn tool_messages<'a>(
+    out: &mut Vec<ChatMessage<'a>>,
+    results: Vec<Answer<'a>>,
+    shown: &RequestImages,
+) {
     let mut parts = Vec::new();
     for answer in results {
         let mut content = answer.content;
-        content.push_str(&shown.placeholders(&answer.images));
+        let placeholders = shown.placeholders(answer.images);
+        if !placeholders.is_empty() {
+            content.to_mut().push_str(&placeholders);
+        }
         let visible: Vec<_> = answer.images.iter().filter(|i| shown.visible(i)).collect();
         if !visible.is_empty() {
             let plural = if visible.len() == 1 { "" } else { "s" };
-            parts.push(json!({
-                "type": "text",
-                "text": format!("The image{plural} tool call {} returned:", answer.id.0),
-            }));
+            parts.push(Part::Text {
+                text: Cow::Owned(format!(
+                    "The image{plural} tool call {} returned:",
+                    answer.id.0
+                )),
+            });
             parts.extend(visible.into_iter().map(|i| image_part(shown.show(i))));
         }
-        out.push(json!({"role": "tool", "tool_call_id": answer.id.0, "content": content}));
+        out.push(ChatMessage::Tool {
+            role: "tool",
+            tool_call_id: &answer.id.0,
+            content,
+        });
     }
     if !parts.is_empty() {
-        out.push(json!({"role": "user", "content": parts}));
+        out.push(ChatMessage::Plain {
+            role: "user",
+            content: Content::Parts(parts),
+        });
     }
 }
 
 /// An image as a content part: a data URL, or the placeholder as text.
-fn image_part(shown: Shown) -> Value {
+fn image_part<'a>(shown: Shown) -> Part<'a> {
     match shown {
-        Shown::Image { media_type, data } => json!({
-            "type": "image_url",
-            "image_url": {"url": format!("data:{media_type};base64,{data}")},
-        }),
-        Shown::Placeholder(text) => json!({"type": "text", "text": text}),
+        Shown::Image { media_type, data } => Part::ImageUrl {
+            image_url: ImageUrl {
+                url: format!("data:{media_type};base64,{data}"),
+            },
+        },
+        Shown::Placeholder(text) => Part::Text {
+            text: Cow::Owned(text),
+        },
     }
 }

@@ -8,13 +8,16 @@
 //! not sent back: Responses takes it only as an encrypted item that
 //! toolwire does not store.
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use toolwire_core::{Message, Role, ToolSpec};
 use toolwire_stream::OpenAiResponsesDecoder;
 
-use crate::history::{Group, grouped, images, plain_text};
-use crate::http::{HttpSettings, KeyHeader, endpoint, post_stream};
+use crate::history::{Group, grouped, images, joined_text, plain_text};
+use crate::http::{HttpSettings, KeyHeader, encode, endpoint, post_stream};
 use crate::images::{RequestImages, Shown};
 use crate::{EventStream, ModelRequest, Provider, ProviderError};
 
@@ -40,46 +43,110 @@ impl OpenAiResponsesProvider {
         }
     }
 
-    /// The JSON body for `request`.
-    pub fn body(&self, request: &ModelRequest) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "stream": true,
-            "store": false,
-            "max_output_tokens": self.settings.max_tokens,
-            "input": input(&request.messages, &request.images),
-        });
-        if !request.system.is_empty() {
-            body["instructions"] = json!(request.system);
+    /// The JSON body for `request`, as sent: serialized straight from
+    /// the request (no `Value` tree in between).
+    pub fn body(&self, request: &ModelRequest) -> Result<Vec<u8>, ProviderError> {
+        encode(&Body {
+            model: &self.model,
+            stream: true,
+            store: false,
+            max_output_tokens: self.settings.max_tokens,
+            input: input(&request.messages, &request.images),
+            instructions: (!request.system.is_empty()).then_some(request.system.as_str()),
+            reasoning: request
+                .reasoning_effort
+                .map(|e| Reasoning { effort: e.as_str() }),
+            tools: (self.native_tools && !request.tools.is_empty())
+                .then(|| request.tools.iter().map(|t| FunctionTool::of(t)).collect()),
+            text: request
+                .response_format
+                .as_ref()
+                .and_then(text_format)
+                .map(|format| TextOptions { format }),
+        })
+    }
+}
+
+/// A Responses request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    stream: bool,
+    store: bool,
+    max_output_tokens: u32,
+    input: Vec<Item<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Reasoning>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<FunctionTool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<TextOptions<'a>>,
+}
+
+#[derive(Serialize)]
+struct Reasoning {
+    effort: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextOptions<'a> {
+    format: TextFormat<'a>,
+}
+
+/// `text.format`: a JSON schema's fields, or JSON mode.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum TextFormat<'a> {
+    JsonSchema {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'a Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        schema: Option<&'a Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        strict: Option<&'a Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<&'a Value>,
+    },
+    JsonObject,
+}
+
+/// A function tool as Responses takes it: flat, not under `function`.
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> FunctionTool<'a> {
+    fn of(spec: &'a ToolSpec) -> Self {
+        FunctionTool {
+            kind: "function",
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.parameters,
         }
-        if let Some(effort) = request.reasoning_effort {
-            body["reasoning"] = json!({"effort": effort.as_str()});
-        }
-        if self.native_tools && !request.tools.is_empty() {
-            body["tools"] = request.tools.iter().map(tool).collect();
-        }
-        if let Some(format) = request.response_format.as_ref().and_then(text_format) {
-            body["text"] = json!({"format": format});
-        }
-        body
     }
 }
 
 /// The Responses API's `text.format` for a chat-style `response_format`:
 /// the JSON schema's fields one level up.
-fn text_format(format: &Value) -> Option<Value> {
+fn text_format(format: &Value) -> Option<TextFormat<'_>> {
     match format.get("type").and_then(Value::as_str)? {
         "json_schema" => {
             let spec = format.get("json_schema")?;
-            let mut out = json!({"type": "json_schema"});
-            for key in ["name", "schema", "strict", "description"] {
-                if let Some(v) = spec.get(key) {
-                    out[key] = v.clone();
-                }
-            }
-            Some(out)
+            Some(TextFormat::JsonSchema {
+                name: spec.get("name"),
+                schema: spec.get("schema"),
+                strict: spec.get("strict"),
+                description: spec.get("description"),
+            })
         }
-        "json_object" => Some(json!({"type": "json_object"})),
+        "json_object" => Some(TextFormat::JsonObject),
         _ => None,
     }
 }
@@ -92,11 +159,11 @@ impl Provider for OpenAiResponsesProvider {
 
     async fn stream(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
         let url = endpoint(&self.settings.base_url, "responses");
-        let body = self.body(request);
+        let body = self.body(request)?;
         post_stream(
             &url,
             || self.settings.post(&self.client, &url, KeyHeader::Bearer),
-            &body,
+            body,
             self.settings.retry,
             self.settings.limits,
             Box::new(OpenAiResponsesDecoder::new()),
@@ -105,21 +172,39 @@ impl Provider for OpenAiResponsesProvider {
     }
 }
 
-/// A function tool as Responses takes it: flat, not under `function`.
-fn tool(spec: &ToolSpec) -> Value {
-    json!({
-        "type": "function",
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": spec.parameters,
-    })
+/// One input item as sent.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<Part<'a>>,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: String,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Cow<'a, str>,
+    },
+}
+
+/// A message's content part.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part<'a> {
+    InputText { text: Cow<'a, str> },
+    OutputText { text: Cow<'a, str> },
+    InputImage { image_url: String },
 }
 
 /// The conversation as Responses input items: messages, then each call as
 /// a `function_call` item and its result as a `function_call_output` item
 /// with the same `call_id`, in the order of the calls.
-pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
-    let mut out = Vec::new();
+pub fn input<'a>(path: &'a [Message], shown: &RequestImages) -> Vec<Item<'a>> {
+    let mut out = Vec::with_capacity(path.len());
     for group in grouped(path) {
         match group {
             Group::Message(m) => match m.role {
@@ -127,7 +212,7 @@ pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
                     let text = plain_text(m);
                     let mut content = Vec::new();
                     if !text.is_empty() {
-                        content.push(json!({"type": "input_text", "text": text}));
+                        content.push(Part::InputText { text });
                     }
                     content.extend(images(m).into_iter().map(|i| image_part(shown.show(i))));
                     if !content.is_empty() {
@@ -136,25 +221,23 @@ pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
                         } else {
                             "system"
                         };
-                        out.push(json!({"type": "message", "role": role, "content": content}));
+                        out.push(Item::Message { role, content });
                     }
                 }
                 Role::Assistant => {
-                    let text = m.text();
+                    let text = joined_text(m);
                     if !text.is_empty() {
-                        out.push(json!({
-                            "type": "message",
-                            "role": "assistant",
-                            "content": [{"type": "output_text", "text": text}],
-                        }));
+                        out.push(Item::Message {
+                            role: "assistant",
+                            content: vec![Part::OutputText { text }],
+                        });
                     }
                     for (id, _, name, args) in m.tool_uses() {
-                        out.push(json!({
-                            "type": "function_call",
-                            "call_id": id.0,
-                            "name": name,
-                            "arguments": args.to_string(),
-                        }));
+                        out.push(Item::FunctionCall {
+                            call_id: &id.0,
+                            name,
+                            arguments: args.to_string(),
+                        });
                     }
                 }
                 Role::Tool => {}
@@ -165,24 +248,31 @@ pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
                 let mut parts = Vec::new();
                 for answer in results {
                     let mut output = answer.content;
-                    output.push_str(&shown.placeholders(&answer.images));
+                    let placeholders = shown.placeholders(answer.images);
+                    if !placeholders.is_empty() {
+                        output.to_mut().push_str(&placeholders);
+                    }
                     let visible: Vec<_> =
                         answer.images.iter().filter(|i| shown.visible(i)).collect();
                     if !visible.is_empty() {
-                        parts.push(json!({
-                            "type": "input_text",
-                            "text": format!("The images tool call {} returned:", answer.id.0),
-                        }));
+                        parts.push(Part::InputText {
+                            text: Cow::Owned(format!(
+                                "The images tool call {} returned:",
+                                answer.id.0
+                            )),
+                        });
                         parts.extend(visible.into_iter().map(|i| image_part(shown.show(i))));
                     }
-                    out.push(json!({
-                        "type": "function_call_output",
-                        "call_id": answer.id.0,
-                        "output": output,
-                    }));
+                    out.push(Item::FunctionCallOutput {
+                        call_id: &answer.id.0,
+                        output,
+                    });
                 }
                 if !parts.is_empty() {
-                    out.push(json!({"type": "message", "role": "user", "content": parts}));
+                    out.push(Item::Message {
+                        role: "user",
+                        content: parts,
+                    });
                 }
             }
         }
@@ -191,13 +281,14 @@ pub fn input(path: &[Message], shown: &RequestImages) -> Vec<Value> {
 }
 
 /// An image as an input part: a data URL, or the placeholder as text.
-fn image_part(shown: Shown) -> Value {
+fn image_part<'a>(shown: Shown) -> Part<'a> {
     match shown {
-        Shown::Image { media_type, data } => json!({
-            "type": "input_image",
-            "image_url": format!("data:{media_type};base64,{data}"),
-        }),
-        Shown::Placeholder(text) => json!({"type": "input_text", "text": text}),
+        Shown::Image { media_type, data } => Part::InputImage {
+            image_url: format!("data:{media_type};base64,{data}"),
+        },
+        Shown::Placeholder(text) => Part::InputText {
+            text: Cow::Owned(text),
+        },
     }
 }
 
@@ -224,6 +315,19 @@ mod tests {
             name: "read_file".into(),
             arguments: args,
         }
+    }
+
+    /// Input items as JSON values.
+    fn json_of(items: &[Item<'_>]) -> Vec<Value> {
+        items
+            .iter()
+            .map(|i| serde_json::to_value(i).expect("an item encodes"))
+            .collect()
+    }
+
+    fn body_of(provider: &OpenAiResponsesProvider, request: &ModelRequest) -> Value {
+        let bytes = provider.body(request).expect("the body encodes");
+        serde_json::from_slice(&bytes).expect("the body is JSON")
     }
 
     fn provider(native: bool) -> OpenAiResponsesProvider {
@@ -265,7 +369,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            input(&path, &RequestImages::default()),
+            json_of(&input(&path, &RequestImages::default())),
             vec![
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read a and b"}]}),
                 json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Reading."}]}),
@@ -287,13 +391,13 @@ mod tests {
         )];
         let mut bytes = std::collections::HashMap::new();
         bytes.insert(image.sha256.clone(), std::sync::Arc::<[u8]>::from(&png[..]));
-        let seen = input(
+        let seen = json_of(&input(
             &path,
             &RequestImages {
                 vision: true,
                 bytes,
             },
-        );
+        ));
         assert_eq!(seen[0]["content"][1]["type"], "input_image");
         assert!(
             seen[0]["content"][1]["image_url"]
@@ -301,7 +405,7 @@ mod tests {
                 .unwrap()
                 .starts_with("data:image/png;base64,")
         );
-        let blind = input(&path, &RequestImages::default());
+        let blind = json_of(&input(&path, &RequestImages::default()));
         assert_eq!(blind[0]["content"][1]["type"], "input_text");
         assert!(
             blind[0]["content"][1]["text"]
@@ -316,20 +420,20 @@ mod tests {
         let request = ModelRequest {
             system: "be brief".into(),
             messages: vec![message(Role::User, vec![text("hi")])],
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "read_file".into(),
                 server: None,
                 description: "reads".into(),
                 parameters: json!({"type": "object"}),
                 read_only: true,
-            }],
+            })],
             turn: 0,
             iteration: 1,
             images: RequestImages::default(),
             reasoning_effort: None,
             response_format: None,
         };
-        let body = provider(true).body(&request);
+        let body = body_of(&provider(true), &request);
         assert_eq!(body["model"], "o4-mini");
         assert_eq!(body["stream"], true);
         assert_eq!(body["store"], false);
@@ -341,7 +445,7 @@ mod tests {
         );
         assert!(body.get("messages").is_none() && body.get("max_tokens").is_none());
         // The XML tool format sends no tool definitions.
-        assert!(provider(false).body(&request).get("tools").is_none());
+        assert!(body_of(&provider(false), &request).get("tools").is_none());
         assert!(body.get("text").is_none(), "free text by default");
     }
 
@@ -360,17 +464,17 @@ mod tests {
                 "name": "answer", "schema": schema, "strict": true,
             }})),
         };
-        let body = provider(true).body(&request);
+        let body = body_of(&provider(true), &request);
         assert_eq!(
             body["text"],
             json!({"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": true}})
         );
         request.response_format = Some(json!({"type": "json_object"}));
         assert_eq!(
-            provider(true).body(&request)["text"],
+            body_of(&provider(true), &request)["text"],
             json!({"format": {"type": "json_object"}})
         );
         request.response_format = Some(json!({"type": "text"}));
-        assert!(provider(true).body(&request).get("text").is_none());
+        assert!(body_of(&provider(true), &request).get("text").is_none());
     }
 }

@@ -24,80 +24,47 @@
 //! byte-identical from one step to the next, which is what the cache keys
 //! on.
 
-use serde_json::{Value, json};
+use crate::anthropic::{AnthropicMessage, Block, Ephemeral};
 
 /// Anthropic's limit of breakpoints per request.
 pub const MAX_BREAKPOINTS: usize = 4;
 
-/// Puts the breakpoints into `body`, an Anthropic messages request.
-pub(crate) fn mark(body: &mut Value) {
-    let mut placed = 0;
-    if let Some(tool) = body
-        .get_mut("tools")
-        .and_then(Value::as_array_mut)
-        .and_then(|tools| tools.last_mut())
-    {
-        placed += usize::from(set(tool));
-    }
-    if let Some(system) = body.get_mut("system") {
-        if let Some(text) = system.as_str().filter(|t| !t.is_empty()) {
-            *system = json!([{"type": "text", "text": text}]);
-        }
-        if let Some(block) = system.as_array_mut().and_then(|b| b.last_mut()) {
-            placed += usize::from(set(block));
-        }
-    }
-    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
-        return;
-    };
-    let mut targets = Vec::new();
+/// Puts the breakpoints of `messages` (3 and 4 above); the body marks
+/// its last tool and its system prompt (1 and 2), so that four is never
+/// exceeded.
+pub(crate) fn mark(messages: &mut [AnthropicMessage<'_>]) {
+    let mut targets = Vec::with_capacity(2);
     if let Some(last) = messages.len().checked_sub(1) {
         targets.push(last);
     }
-    let last_assistant = messages
-        .iter()
-        .rposition(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
+    let last_assistant = messages.iter().rposition(|m| m.role == "assistant");
     if let Some(previous) = last_assistant.and_then(|i| i.checked_sub(1)) {
         targets.push(previous);
     }
     for index in targets {
-        if placed >= MAX_BREAKPOINTS {
-            break;
-        }
         if let Some(block) = messages.get_mut(index).and_then(last_markable_block) {
-            placed += usize::from(set(block));
+            *block.cache_control() = Some(Ephemeral::MARK);
         }
     }
 }
 
-/// The last block of `message` that may carry `cache_control` (thinking
-/// blocks may not), its string content turned into a text block first.
-fn last_markable_block(message: &mut Value) -> Option<&mut Value> {
-    let content = message.get_mut("content")?;
-    if let Some(text) = content.as_str().filter(|t| !t.is_empty()) {
-        *content = json!([{"type": "text", "text": text}]);
-    }
-    content.as_array_mut()?.iter_mut().rev().find(|block| {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        let empty_text = kind == "text" && block.get("text").and_then(Value::as_str) == Some("");
-        !matches!(kind, "thinking" | "redacted_thinking") && !empty_text
-    })
-}
-
-/// Marks `block`; false if it was marked already (one breakpoint counted
-/// once).
-fn set(block: &mut Value) -> bool {
-    let Some(object) = block.as_object_mut() else {
-        return false;
-    };
-    object
-        .insert("cache_control".into(), json!({"type": "ephemeral"}))
-        .is_none()
+/// The last block of `message` that may carry `cache_control`.
+fn last_markable_block<'m, 'a>(message: &'m mut AnthropicMessage<'a>) -> Option<&'m mut Block<'a>> {
+    message
+        .content
+        .iter_mut()
+        .rev()
+        .find(|block| block.markable())
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+    use toolwire_core::{ContentBlock, ConversationId, Message, Role, ToolCallId, ToolSpec};
+
     use super::*;
+    use crate::http::{DEFAULT_MAX_TOKENS, HttpSettings, RetryPolicy, StreamLimits};
+    use crate::{AnthropicProvider, ModelRequest, RequestImages};
 
     /// Sorted: whether object keys keep their order depends on
     /// serde_json's features.
@@ -128,14 +95,78 @@ mod tests {
         }
     }
 
+    /// The body Anthropic is sent, as JSON.
+    fn body(system: &str, tools: &[&str], messages: Vec<Message>) -> Value {
+        let provider = AnthropicProvider::new(
+            HttpSettings {
+                base_url: "http://127.0.0.1:1".into(),
+                api_key: None,
+                retry: RetryPolicy::default(),
+                headers: Vec::new(),
+                limits: StreamLimits::default(),
+                max_tokens: DEFAULT_MAX_TOKENS,
+            },
+            "claude-test",
+            true,
+        );
+        let request = ModelRequest {
+            system: system.into(),
+            messages,
+            tools: tools
+                .iter()
+                .map(|name| {
+                    std::sync::Arc::new(ToolSpec {
+                        name: (*name).into(),
+                        server: None,
+                        description: String::new(),
+                        parameters: json!({"type": "object"}),
+                        read_only: true,
+                    })
+                })
+                .collect(),
+            turn: 0,
+            iteration: 1,
+            images: RequestImages::default(),
+            reasoning_effort: None,
+            response_format: None,
+        };
+        let bytes = provider.body(&request).expect("the body encodes");
+        serde_json::from_slice(&bytes).expect("the body is JSON")
+    }
+
+    fn message(role: Role, content: Vec<ContentBlock>) -> Message {
+        Message::new(ConversationId::new(), None, role, content)
+    }
+
+    fn text(t: &str) -> ContentBlock {
+        ContentBlock::Text { text: t.into() }
+    }
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: ToolCallId(id.into()),
+            server: None,
+            name: "a".into(),
+            arguments: json!({}),
+        }
+    }
+
+    fn result(id: &str) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: ToolCallId(id.into()),
+            content: "ok".into(),
+            is_error: false,
+            images: Vec::new(),
+        }
+    }
+
     #[test]
     fn one_question_marks_tools_system_and_the_question() {
-        let mut body = json!({
-            "system": "be brief",
-            "tools": [{"name": "a"}, {"name": "b"}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        });
-        mark(&mut body);
+        let body = body(
+            "be brief",
+            &["a", "b"],
+            vec![message(Role::User, vec![text("hi")])],
+        );
         assert_eq!(
             marked(&body),
             ["/messages/0/content/0", "/system/0", "/tools/1"]
@@ -145,25 +176,17 @@ mod tests {
 
     #[test]
     fn a_tool_loop_marks_this_step_and_the_step_before() {
-        let mut body = json!({
-            "system": "s",
-            "tools": [{"name": "a"}],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "go"}]},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "1"}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1"}]},
-                {"role": "assistant", "content": [
-                    {"type": "text", "text": "more"},
-                    {"type": "tool_use", "id": "2"},
-                    {"type": "tool_use", "id": "3"}
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "2"},
-                    {"type": "tool_result", "tool_use_id": "3"}
-                ]},
+        let body = body(
+            "s",
+            &["a"],
+            vec![
+                message(Role::User, vec![text("go")]),
+                message(Role::Assistant, vec![call("1")]),
+                message(Role::Tool, vec![result("1")]),
+                message(Role::Assistant, vec![text("more"), call("2"), call("3")]),
+                message(Role::Tool, vec![result("2"), result("3")]),
             ],
-        });
-        mark(&mut body);
+        );
         assert_eq!(
             marked(&body),
             [
@@ -176,17 +199,52 @@ mod tests {
     }
 
     #[test]
-    fn never_more_than_four_and_never_on_thinking() {
-        let mut body = json!({
-            "system": [{"type": "text", "text": "s"}],
-            "tools": [{"name": "a"}],
-            "messages": [
-                {"role": "user", "content": "plain text"},
-                {"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "thinking", "thinking": "t"}]},
-                {"role": "user", "content": [{"type": "text", "text": "again"}]},
+    fn never_more_than_four_and_never_on_an_empty_block() {
+        let mut messages = vec![
+            AnthropicMessage {
+                role: "user",
+                content: vec![
+                    Block::Text {
+                        text: "plain text".into(),
+                        cache_control: None,
+                    },
+                    Block::Text {
+                        text: "".into(),
+                        cache_control: None,
+                    },
+                ],
+            },
+            AnthropicMessage {
+                role: "assistant",
+                content: vec![Block::Text {
+                    text: "x".into(),
+                    cache_control: None,
+                }],
+            },
+            AnthropicMessage {
+                role: "user",
+                content: vec![Block::Text {
+                    text: "again".into(),
+                    cache_control: None,
+                }],
+            },
+        ];
+        mark(&mut messages);
+        let at = marked(&serde_json::to_value(&messages).expect("messages encode"));
+        assert!(at.len() <= MAX_BREAKPOINTS - 2, "{at:?}");
+        assert_eq!(at, ["/0/content/0", "/2/content/0"]);
+        // The empty block is passed over for the one before it; the
+        // assistant's message is not marked: only the last message and the
+        // one before the last assistant's.
+        let body = body(
+            "s",
+            &["a"],
+            vec![
+                message(Role::User, vec![text("plain text")]),
+                message(Role::Assistant, vec![text("x")]),
+                message(Role::User, vec![text("again")]),
             ],
-        });
-        mark(&mut body);
+        );
         let at = marked(&body);
         assert!(at.len() <= MAX_BREAKPOINTS, "{at:?}");
         assert_eq!(
@@ -203,10 +261,7 @@ mod tests {
 
     #[test]
     fn without_tools_or_system_only_messages_are_marked() {
-        let mut body = json!({
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        });
-        mark(&mut body);
+        let body = body("", &[], vec![message(Role::User, vec![text("hi")])]);
         assert_eq!(marked(&body), ["/messages/0/content/0"]);
         assert!(body.get("system").is_none());
     }

@@ -3,6 +3,7 @@
 //! that `toolwire-stream` parses back.
 
 use std::fmt::Write;
+use std::sync::Arc;
 
 use toolwire_core::{ContentBlock, Message, Role};
 
@@ -11,7 +12,7 @@ use crate::history::{Group, grouped};
 use toolwire_core::ToolSpec;
 
 /// The system prompt addition that teaches the XML tool format.
-pub fn tools_prompt(tools: &[ToolSpec]) -> String {
+pub fn tools_prompt(tools: &[Arc<ToolSpec>]) -> String {
     let mut s = String::from(
         "You can call tools. To call one, write exactly:\n\
          <tool_call>\n  <tool_name>NAME</tool_name>\n  \
@@ -65,7 +66,7 @@ pub fn as_text_protocol(path: &[Message]) -> Vec<Message> {
                     );
                     // The text protocol has no place for an image in a
                     // result: it follows the results, in the same message.
-                    images.extend(answer.images.into_iter().map(ContentBlock::Image));
+                    images.extend(answer.images.iter().cloned().map(ContentBlock::Image));
                 }
                 let mut content = vec![ContentBlock::Text { text }];
                 content.extend(images);

@@ -240,7 +240,7 @@ fn in_parens(detail: &Option<String>) -> String {
 /// call.
 #[derive(Debug, Clone)]
 pub struct PythonTool {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
     source_code: String,
     limits: PythonLimits,
     interpreter: PathBuf,
@@ -278,7 +278,7 @@ impl PythonTool {
             spec.description = def.description;
         }
         Ok(PythonTool {
-            spec,
+            spec: Arc::new(spec),
             source_code: def.source_code,
             limits,
             interpreter,
@@ -303,6 +303,10 @@ impl PythonTool {
 impl Tool for PythonTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -38,7 +38,7 @@ pub struct ToolRegistry {
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.specs().into_iter().map(|spec| spec.name))
+            .entries(self.specs().iter().map(|spec| spec.name.clone()))
             .finish()
     }
 }
@@ -84,23 +84,10 @@ impl ToolRegistry {
     }
 
     /// One spec per name, sorted by name (a stable prompt from one request
-    /// to the next), with the precedence of [`get`](Self::get).
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        if self.sources.is_empty() {
-            return self.tools.values().map(|t| t.spec().clone()).collect();
-        }
-        let current: Vec<Vec<Arc<dyn Tool>>> =
-            self.sources.iter().map(|s| s.current_tools()).collect();
-        let mut by_name: BTreeMap<&str, &ToolSpec> = self
-            .tools
-            .iter()
-            .map(|(name, tool)| (name.as_str(), tool.spec()))
-            .collect();
-        for tool in current.iter().flatten() {
-            let spec = tool.spec();
-            by_name.entry(spec.name.as_str()).or_insert(spec);
-        }
-        by_name.into_values().cloned().collect()
+    /// to the next), with the precedence of [`get`](Self::get). Shared,
+    /// not copied: a model request is made of them at every step.
+    pub fn specs(&self) -> Vec<Arc<ToolSpec>> {
+        self.current().iter().map(|t| t.shared_spec()).collect()
     }
 }
 
@@ -182,7 +169,7 @@ mod tests {
     }
 
     fn names(registry: &ToolRegistry) -> Vec<String> {
-        let names: Vec<String> = registry.specs().into_iter().map(|s| s.name).collect();
+        let names: Vec<String> = registry.specs().iter().map(|s| s.name.clone()).collect();
         // `current` gives the same tools, in the same order, as `specs`
         // describes.
         let current: Vec<(String, String)> = registry
@@ -192,10 +179,20 @@ mod tests {
             .collect();
         let described: Vec<(String, String)> = registry
             .specs()
-            .into_iter()
-            .map(|s| (s.name, s.description))
+            .iter()
+            .map(|s| (s.name.clone(), s.description.clone()))
             .collect();
         assert_eq!(current, described);
         names
+    }
+
+    #[test]
+    fn specs_are_shared_not_copied() {
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(crate::builtin::UpdatePlan::new()));
+        let first = registry.specs();
+        let second = registry.specs();
+        assert_eq!(first[0].name, "update_plan");
+        assert!(Arc::ptr_eq(&first[0], &second[0]));
     }
 }

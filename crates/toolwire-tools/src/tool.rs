@@ -271,6 +271,12 @@ impl ToolContext {
 #[async_trait]
 pub trait Tool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
+    /// The spec, shared: every model request lists the tools' specs, so a
+    /// tool that keeps its spec in an `Arc` hands that out rather than a
+    /// copy of its schema (the default copies).
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::new(self.spec().clone())
+    }
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 }
 

@@ -8,6 +8,7 @@
 //! such message (tool results, user messages) and for paths no provider
 //! has counted yet, so a step counts one or two messages, not the path.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use tiktoken_rs::CoreBPE;
@@ -92,10 +93,11 @@ impl Family {
     }
 
     /// Tokens of the tools' definitions.
-    pub fn tools(self, tools: &[ToolSpec]) -> u64 {
+    pub fn tools<T: Borrow<ToolSpec>>(self, tools: &[T]) -> u64 {
         tools
             .iter()
             .map(|t| {
+                let t = t.borrow();
                 PER_CALL
                     + self.count(&t.name)
                     + self.count(&t.description)
@@ -133,7 +135,7 @@ impl Counts {
     }
 
     /// Tokens of the system prompt and the tools.
-    pub fn fixed(&mut self, family: Family, system: &str, tools: &[ToolSpec]) -> u64 {
+    pub fn fixed<T: Borrow<ToolSpec>>(&mut self, family: Family, system: &str, tools: &[T]) -> u64 {
         if let Some((f, s, n, tokens)) = &self.fixed
             && *f == family
             && s == system

@@ -331,7 +331,7 @@ impl<'a> Turn<'a> {
             }
             system.push_str(SYSTEM_PROMPT_ADDITION);
             if notifications.mode == InjectionMode::SyntheticTool {
-                tools.push(ToolSpec {
+                tools.push(Arc::new(ToolSpec {
                     name: NOTIFICATION_TOOL.into(),
                     server: None,
                     description: "Delivers notifications to you. Never call this tool yourself: \
@@ -339,7 +339,7 @@ impl<'a> Turn<'a> {
                         .into(),
                     parameters: serde_json::json!({"type": "object", "properties": {}}),
                     read_only: true,
-                });
+                }));
             }
         }
         match self.tool_format(model) {

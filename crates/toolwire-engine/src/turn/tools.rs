@@ -55,15 +55,13 @@ impl Turn<'_> {
 
     /// What the model is told it can call: the turn's tools, and the
     /// client's (which win over a server tool of the same name).
-    pub(super) fn specs(&self) -> Vec<ToolSpec> {
+    pub(super) fn specs(&self) -> Vec<Arc<ToolSpec>> {
         let client = &self.options.client_tools;
-        let mut specs: Vec<ToolSpec> = self
-            .tools()
-            .specs()
-            .into_iter()
-            .filter(|s| !client.iter().any(|c| c.name == s.name))
-            .collect();
-        specs.extend(client.iter().cloned());
+        let mut specs = self.tools().specs();
+        if !client.is_empty() {
+            specs.retain(|s| !client.iter().any(|c| c.name == s.name));
+            specs.extend(client.iter().cloned().map(Arc::new));
+        }
         specs
     }
 
@@ -251,7 +249,8 @@ impl Turn<'_> {
                     continue;
                 }
                 let Some(tool) = self.tools().get(&call.name) else {
-                    let available: Vec<String> = self.specs().into_iter().map(|s| s.name).collect();
+                    let available: Vec<String> =
+                        self.specs().iter().map(|s| s.name.clone()).collect();
                     let output = ToolOutput::error(if available.is_empty() {
                         format!(
                             "There is no tool named `{}`, and no tools are available.",

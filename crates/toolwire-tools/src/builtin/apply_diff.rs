@@ -14,7 +14,7 @@ use crate::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub struct ApplyDiff {
     workspace: Arc<Workspace>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +50,10 @@ impl ApplyDiff {
 impl Tool for ApplyDiff {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{FileType, Mode};
@@ -16,14 +17,19 @@ use super::beneath;
 use super::workspace::{Located, io_error, moved, open_error, special};
 use crate::{ProgressHandle, ToolError, ToolSpec};
 
-pub(crate) fn spec(name: &str, description: &str, parameters: Value, read_only: bool) -> ToolSpec {
-    ToolSpec {
+pub(crate) fn spec(
+    name: &str,
+    description: &str,
+    parameters: Value,
+    read_only: bool,
+) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
         name: name.into(),
         server: None,
         description: description.into(),
         parameters,
         read_only,
-    }
+    })
 }
 
 /// Models sometimes send `null` for a tool whose arguments are all

@@ -20,7 +20,7 @@ const SKIPPED: &[&str] = &[".git", "target", "node_modules"];
 
 pub struct ListDir {
     workspace: Arc<Workspace>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +63,10 @@ impl ListDir {
 impl Tool for ListDir {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -3,6 +3,8 @@
 //! in the conversation, as the call's arguments, and front doors that can
 //! show a plan read it from there ([`parse_plan`]).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -108,7 +110,7 @@ pub fn parse_plan(arguments: &Value) -> Result<Plan, String> {
 }
 
 pub struct UpdatePlan {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 impl Default for UpdatePlan {
@@ -162,6 +164,10 @@ impl UpdatePlan {
 impl Tool for UpdatePlan {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {

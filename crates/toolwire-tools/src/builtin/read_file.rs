@@ -20,7 +20,7 @@ const CHUNK: u64 = 64 * 1024;
 
 pub struct ReadFile {
     workspace: Arc<Workspace>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +60,10 @@ impl ReadFile {
 impl Tool for ReadFile {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

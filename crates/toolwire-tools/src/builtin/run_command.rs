@@ -23,7 +23,7 @@ pub struct RunCommand {
     workspace: Arc<Workspace>,
     tasks: Arc<BackgroundTasks>,
     sandbox: Arc<Sandbox>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 /// `run_command`'s arguments, checked; shared with front doors that run
@@ -102,6 +102,10 @@ impl RunCommand {
 impl Tool for RunCommand {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -31,7 +31,7 @@ const MAX_FILE: u64 = 8 * 1024 * 1024;
 
 pub struct Search {
     workspace: Arc<Workspace>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -77,6 +77,10 @@ impl Search {
 impl Tool for Search {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

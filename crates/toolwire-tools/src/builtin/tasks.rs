@@ -433,7 +433,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// `task_status`: the background tasks of this conversation.
 pub struct TaskStatus {
     tasks: Arc<BackgroundTasks>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -466,6 +466,10 @@ impl TaskStatus {
 impl Tool for TaskStatus {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

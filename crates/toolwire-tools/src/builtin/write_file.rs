@@ -12,7 +12,7 @@ use crate::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 pub struct WriteFile {
     workspace: Arc<Workspace>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +47,10 @@ impl WriteFile {
 impl Tool for WriteFile {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

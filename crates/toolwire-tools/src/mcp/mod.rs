@@ -140,7 +140,8 @@ impl Connection {
 struct Listed {
     /// The name the server knows the tool by.
     tool: String,
-    spec: ToolSpec,
+    /// Shared with every request that lists it.
+    spec: Arc<ToolSpec>,
 }
 
 /// The current tool list and the process that listed it.
@@ -375,13 +376,13 @@ impl McpServer {
                 .unwrap_or(false);
             tools.push(Arc::new(Listed {
                 tool: tool.name.to_string(),
-                spec: ToolSpec {
+                spec: Arc::new(ToolSpec {
                     name,
                     server: Some(server.clone()),
                     description,
                     parameters: Value::Object((*tool.input_schema).clone()),
                     read_only,
-                },
+                }),
             }));
         }
         {

@@ -36,6 +36,10 @@ impl Tool for McpTool {
         &self.listed.spec
     }
 
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.listed.spec)
+    }
+
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let arguments = match arguments {
             // Models send `null` for "no arguments".
