@@ -26,6 +26,7 @@
 //! [`OpenAiResponsesProvider`], [`AnthropicProvider`], [`ScriptedProvider`], [`HttpSettings`].
 
 pub mod anthropic;
+pub mod anthropic_wire;
 mod history;
 mod http;
 mod images;

@@ -24,7 +24,7 @@
 //! byte-identical from one step to the next, which is what the cache keys
 //! on.
 
-use crate::anthropic::{AnthropicMessage, Block, Ephemeral};
+use crate::anthropic_wire::{AnthropicMessage, Block, Ephemeral};
 
 /// Anthropic's limit of breakpoints per request.
 pub const MAX_BREAKPOINTS: usize = 4;

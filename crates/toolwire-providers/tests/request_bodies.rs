@@ -5,6 +5,8 @@
 //! prompt-cache breakpoints. A model's prompt cache keys on these bytes,
 //! so a change to how a body is built must leave them as they are.
 
+#![allow(clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
