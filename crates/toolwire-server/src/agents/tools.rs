@@ -34,8 +34,12 @@ const VERSION_ID: &str = "catalog-version";
 /// kept tools are what the store holds (read after that version).
 #[derive(Default)]
 pub struct StoredTools {
-    kept: std::sync::Mutex<Option<(Option<Value>, Arc<Vec<ToolRecord>>)>>,
+    kept: std::sync::Mutex<Option<KeptTools>>,
 }
+
+/// The version record's body (none before the first change) and the
+/// tools read after it.
+type KeptTools = (Option<Value>, Arc<Vec<ToolRecord>>);
 
 impl StoredTools {
     async fn read(&self, state: &AppState) -> ApiResult<Arc<Vec<ToolRecord>>> {
