@@ -99,7 +99,7 @@ pub struct AppState {
     /// The records of the engine's tools, made once per set of tools.
     pub(crate) tools_memo: Arc<ToolsMemo>,
     /// The stored tool records, read again only when they changed.
-    pub(crate) stored_tools: Arc<crate::agents::tools::StoredTools>,
+    pub(crate) stored_tools: Arc<crate::tools_memo::Versioned>,
 }
 
 /// What the live view keeps across requests and sockets.

@@ -45,6 +45,35 @@ impl ToolsMemo {
     }
 }
 
+/// A value read from the store with the version record read before it
+/// (see `agents::tools::stored_tools`): its type is the caller's, so that
+/// the server's state names no type of the agents' modules.
+#[derive(Default)]
+pub struct Versioned {
+    kept: Mutex<Option<(Option<serde_json::Value>, Erased)>>,
+}
+
+type Erased = Arc<dyn Any + Send + Sync>;
+
+impl Versioned {
+    /// The value kept under `version`, if that is the version kept.
+    pub fn get<T: Any + Send + Sync>(&self, version: &Option<serde_json::Value>) -> Option<Arc<T>> {
+        let kept = self.kept.lock().ok()?;
+        let (kept_version, value) = kept.as_ref()?;
+        if kept_version != version {
+            return None;
+        }
+        Arc::clone(value).downcast::<T>().ok()
+    }
+
+    /// Keeps `value`, read after `version`.
+    pub fn set<T: Any + Send + Sync>(&self, version: Option<serde_json::Value>, value: Arc<T>) {
+        if let Ok(mut kept) = self.kept.lock() {
+            *kept = Some((version, value));
+        }
+    }
+}
+
 fn same(a: &[Arc<dyn Tool>], b: &[Arc<dyn Tool>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
 }

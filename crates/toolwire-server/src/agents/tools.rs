@@ -22,46 +22,29 @@ pub const KIND: &str = "tool";
 
 /// The record, among the tools' (so that it is written in the same
 /// transaction as any change to them), whose body changes with every
-/// change to the stored tools: see [`StoredTools`]. Not a tool id (those
+/// change to the stored tools: see [`stored_tools`]. Not a tool id (those
 /// are `tool-UUID`): no route reaches it.
 const VERSION_ID: &str = "catalog-version";
 
 /// The stored tool records as last read, with the version record read
-/// before them, so that a message reads one small record rather than
-/// every tool while none changed. Every change to the stored tools (on
-/// any instance: they all write through [`write`]) writes a new version
-/// in its transaction, so a version read equal to the kept one means the
-/// kept tools are what the store holds (read after that version).
-#[derive(Default)]
-pub struct StoredTools {
-    kept: std::sync::Mutex<Option<(Option<Value>, Arc<Vec<ToolRecord>>)>>,
-}
-
-impl StoredTools {
-    async fn read(&self, state: &AppState) -> ApiResult<Arc<Vec<ToolRecord>>> {
-        let version = state
-            .store()
-            .document(KIND, VERSION_ID)
-            .await?
-            .map(|doc| doc.body);
-        if let Ok(kept) = self.kept.lock()
-            && let Some((kept_version, tools)) = kept.as_ref()
-            && *kept_version == version
-        {
-            return Ok(Arc::clone(tools));
-        }
-        let mut stored = Vec::new();
-        for doc in state.store().documents(KIND).await? {
-            if doc.id != VERSION_ID {
-                stored.push(ToolRecord::from_body(doc.body)?);
-            }
-        }
-        let stored = Arc::new(stored);
-        if let Ok(mut kept) = self.kept.lock() {
-            *kept = Some((version, Arc::clone(&stored)));
-        }
-        Ok(stored)
+/// before them (kept in the server's state, `tools_memo::Versioned`), so
+/// that a message reads one small record rather than every tool while
+/// none changed. Every change to the stored tools (on any instance: they
+/// all write through [`write`]) writes a new version in its transaction,
+/// so a version read equal to the kept one means the kept tools are what
+/// the store holds (they were read after that version).
+async fn stored_tools(state: &AppState) -> ApiResult<Arc<Vec<ToolRecord>>> {
+    let version = state
+        .store()
+        .document(KIND, VERSION_ID)
+        .await?
+        .map(|doc| doc.body);
+    if let Some(tools) = state.stored_tools.get::<Vec<ToolRecord>>(&version) {
+        return Ok(tools);
     }
+    let stored = Arc::new(records_of(state.store().documents(KIND).await?)?);
+    state.stored_tools.set(version, Arc::clone(&stored));
+    Ok(stored)
 }
 
 /// Stores (`Some` body) or removes (`None`) tool records, with a new
@@ -174,9 +157,9 @@ pub struct Catalog {
 
 impl Catalog {
     /// The stored tools as they are now (they may change on any
-    /// instance: see [`StoredTools`]), over the engine's.
+    /// instance: see [`stored_tools`]), over the engine's.
     pub async fn read(state: &AppState) -> ApiResult<Catalog> {
-        let stored = state.stored_tools.read(state).await?;
+        let stored = stored_tools(state).await?;
         let engine = state
             .tools_memo
             .get(state.engine.tools().current(), |tools| {
