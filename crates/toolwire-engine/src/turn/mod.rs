@@ -333,13 +333,12 @@ pub(crate) async fn run(
         fit: fit::Fit::default(),
         closing: None,
     };
-    // The turn's state is dropped with it; only the store is read after.
+    // A panicked turn's state is not trusted: only the store is read after.
+    let mut panicked = false;
     let result = match AssertUnwindSafe(turn.run(start)).catch_unwind().await {
-        Ok(result) => {
-            turn.keep_path().await;
-            result
-        }
+        Ok(result) => result,
         Err(payload) => {
+            panicked = true;
             tracing::error!(%conversation, run = %run_id, panic = %panic_text(payload.as_ref()), "a turn panicked; it ends with an error");
             // What it had counted goes with it, as with a task that died.
             (turn.usage, turn.cost) = (Usage::default(), None);
@@ -370,6 +369,9 @@ pub(crate) async fn run(
     // message is stored on its own (a failure there fails the turn, as it
     // does a step whose message cannot be stored) and the run's end after.
     let mut ended = false;
+    // Whether the turn's path ends with what is stored (the final answer
+    // included): only then is it kept for the next turn.
+    let mut path_stored = !panicked;
     if let Some((message, mut events)) = turn.closing.take() {
         events.push(AgentEvent::Stopped {
             run_id,
@@ -387,6 +389,7 @@ pub(crate) async fn run(
                 let stop = Stop::from(e);
                 tracing::warn!(%conversation, run = %run_id, error = ?stop.error, "turn failed");
                 (reason, error, final_message) = (stop.reason, stop.error, None);
+                path_stored = false;
             }
         } else {
             ended = true;
@@ -394,6 +397,9 @@ pub(crate) async fn run(
     }
     if !ended {
         finish(cx, conversation, run_id, reason, error.as_deref()).await;
+    }
+    if path_stored {
+        turn.keep_path().await;
     }
     TurnOutcome {
         run_id,
