@@ -10,38 +10,10 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use support::Server;
-use toolwire_engine::EngineConfig;
-use toolwire_providers::{Models, OpenAiProvider};
-use toolwire_server::ServerSettings;
 use toolwire_test_support::mcp_http::mcp_dir;
-use toolwire_test_support::{Call, MockServer, Reply, http, model_entry, openai_sse};
-
-fn models(url: &str) -> Models {
-    Models::new(
-        vec![model_entry(
-            "mini",
-            "openai",
-            Arc::new(OpenAiProvider::new(http(url), "gpt-4o-mini", true)),
-            &[],
-        )],
-        Some("mini"),
-    )
-    .unwrap()
-}
-
-async fn start(db: &std::path::Path, url: &str) -> Server {
-    Server::start_models(
-        db,
-        models(url),
-        ServerSettings::default(),
-        EngineConfig::default(),
-    )
-    .await
-}
+use toolwire_test_support::{Call, MockServer, Reply, openai_sse};
 
 /// The system prompt of the model request `request`.
 fn system_of(request: &toolwire_test_support::Request) -> String {
@@ -93,7 +65,7 @@ async fn blocks_reach_the_model_and_its_memory_tool_edits_are_stored() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let s = start(&dir.path().join("t.db"), &mock.url).await;
+    let s = Server::start_openai(&dir.path().join("t.db"), &mock.url).await;
     let (status, agent) = s
         .call(
             "POST",
@@ -239,7 +211,7 @@ async fn limits_read_only_blocks_and_unknown_ids_are_refused() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let s = start(&dir.path().join("t.db"), &mock.url).await;
+    let s = Server::start_openai(&dir.path().join("t.db"), &mock.url).await;
 
     let (status, err) = s
         .call(
@@ -407,7 +379,7 @@ async fn mcp_servers_run_their_tools_for_agents_and_come_back_after_a_restart() 
     .await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
-    let s = start(&db, &mock.url).await;
+    let s = Server::start_openai(&db, &mock.url).await;
     let (status, server) = s
         .call(
             "POST",
@@ -467,7 +439,7 @@ async fn mcp_servers_run_their_tools_for_agents_and_come_back_after_a_restart() 
 
     // Another process on the same database: the server is still there and
     // its tool runs again.
-    let s = start(&db, &mock.url).await;
+    let s = Server::start_openai(&db, &mock.url).await;
     let (_, servers) = s.call("GET", "/v1/mcp-servers", None).await;
     assert_eq!(servers[0]["id"], server_id.as_str(), "{servers}");
     let reply = send(&s, &id, "Echo hi there.").await;

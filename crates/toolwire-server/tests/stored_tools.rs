@@ -6,37 +6,9 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use support::Server;
-use toolwire_engine::EngineConfig;
-use toolwire_providers::{Models, OpenAiProvider};
-use toolwire_server::ServerSettings;
-use toolwire_test_support::{Call, MockServer, Reply, http, model_entry, openai_sse};
-
-fn models(url: &str) -> Models {
-    Models::new(
-        vec![model_entry(
-            "mini",
-            "openai",
-            Arc::new(OpenAiProvider::new(http(url), "gpt-4o-mini", true)),
-            &[],
-        )],
-        Some("mini"),
-    )
-    .unwrap()
-}
-
-async fn start(db: &std::path::Path, url: &str) -> Server {
-    Server::start_models(
-        db,
-        models(url),
-        ServerSettings::default(),
-        EngineConfig::default(),
-    )
-    .await
-}
+use toolwire_test_support::{Call, MockServer, Reply, openai_sse};
 
 fn types(reply: &Value) -> Vec<String> {
     reply["messages"]
@@ -66,8 +38,8 @@ async fn a_tool_changed_through_another_server_is_seen_by_the_next_message() {
         )),
     ])
     .await;
-    let here = start(&db, &mock.url).await;
-    let there = start(&db, &mock.url).await;
+    let here = Server::start_openai(&db, &mock.url).await;
+    let there = Server::start_openai(&db, &mock.url).await;
 
     let (status, tools) = here.call("GET", "/v1/tools", None).await;
     assert_eq!(status, 200, "{tools}");

@@ -40,6 +40,25 @@ impl Server {
         Server::start_models(db, models, settings, config).await
     }
 
+    /// A server whose turns are answered by an OpenAI-compatible model
+    /// at `url` (the mock's), registered as `mini`.
+    pub async fn start_openai(db: &Path, url: &str) -> Server {
+        let provider = toolwire_providers::OpenAiProvider::new(
+            toolwire_test_support::http(url),
+            "gpt-4o-mini",
+            true,
+        );
+        let entry = toolwire_test_support::model_entry("mini", "openai", Arc::new(provider), &[]);
+        let models = Models::new(vec![entry], Some("mini")).unwrap();
+        Server::start_models(
+            db,
+            models,
+            ServerSettings::default(),
+            EngineConfig::default(),
+        )
+        .await
+    }
+
     /// A server whose turns are answered by `models`.
     pub async fn start_models(
         db: &Path,
