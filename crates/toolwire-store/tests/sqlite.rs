@@ -914,6 +914,6 @@ async fn two_stores_migrate_a_new_file_at_once() {
         let applied: i64 = suite::connect_sqlite(&url)
             .query_row("SELECT count(*) FROM _sqlx_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(applied, 7);
+        assert_eq!(applied, 8);
     }
 }

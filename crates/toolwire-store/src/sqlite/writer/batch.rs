@@ -28,7 +28,7 @@ use tokio::sync::{OwnedMutexGuard, oneshot};
 
 use super::Writer;
 use crate::sqlite::Inline;
-use crate::sqlite::transaction::{Begin, is_busy, without_waiting};
+use crate::sqlite::transaction::{Begin, is_busy, transaction, without_waiting};
 use crate::{Result, StoreError};
 
 /// Writes run in one batch at most: what one batch's callers wait for
@@ -196,20 +196,7 @@ impl Writer {
     /// writes as the bounds allow, in one transaction: `Err` when it did
     /// not commit (nothing of it is stored then).
     fn run_batch(&self, conn: &Connection, batch: &mut Vec<Box<dyn Queued>>) -> Result<()> {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let done = self.run_writes(conn, batch).and_then(|()| {
-            conn.prepare_cached("COMMIT")?.execute([])?;
-            Ok(())
-        });
-        if done.is_err() && !conn.is_autocommit() {
-            let rolled_back = conn
-                .prepare_cached("ROLLBACK")
-                .and_then(|mut rollback| rollback.execute([]));
-            if let Err(e) = rolled_back {
-                tracing::debug!(error = %e, "rollback failed");
-            }
-        }
-        done
+        transaction(conn, Begin::Immediate, |conn| self.run_writes(conn, batch))
     }
 
     fn run_writes(&self, conn: &Connection, batch: &mut Vec<Box<dyn Queued>>) -> Result<()> {
