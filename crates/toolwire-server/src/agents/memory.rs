@@ -16,7 +16,7 @@
 //! the conversation like any other, and its edit is one stored write.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -243,8 +243,16 @@ impl MemoryOp {
         MemoryOp::ALL.into_iter().find(|op| op.name() == name)
     }
 
-    /// The tool as the model sees it (Letta's descriptions and arguments).
-    pub fn spec(self) -> ToolSpec {
+    /// The tool as the model sees it (Letta's descriptions and arguments),
+    /// built once: every model request of every agent lists it.
+    pub fn spec(self) -> &'static Arc<ToolSpec> {
+        static SPECS: LazyLock<[Arc<ToolSpec>; 5]> =
+            LazyLock::new(|| MemoryOp::ALL.map(|op| Arc::new(op.build_spec())));
+        // `ALL` is in declaration order (a test checks it).
+        &SPECS[self as usize]
+    }
+
+    fn build_spec(self) -> ToolSpec {
         let label = json!({"type": "string", "description": "Section of the memory to be edited, identified by its label."});
         let (description, properties, required): (&str, Value, &[&str]) = match self {
             MemoryOp::Insert => (
@@ -436,7 +444,7 @@ fn expand_tabs(text: &str) -> String {
 /// One memory tool bound to one agent: it edits that agent's blocks.
 pub struct MemoryTool {
     op: MemoryOp,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
     engine: WeakEngine,
     locks: Arc<KeyedLocks<String>>,
     agent_id: String,
@@ -452,7 +460,7 @@ impl MemoryTool {
     ) -> Arc<dyn Tool> {
         Arc::new(MemoryTool {
             op,
-            spec: op.spec(),
+            spec: Arc::clone(op.spec()),
             engine: engine.downgrade(),
             locks,
             agent_id: agent_id.to_owned(),
@@ -530,6 +538,10 @@ impl MemoryTool {
 impl Tool for MemoryTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn shared_spec(&self) -> Arc<ToolSpec> {
+        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -676,6 +688,13 @@ mod tests {
         assert_eq!(expand_tabs("a\tb"), "a       b");
         for op in MemoryOp::ALL {
             assert_eq!(MemoryOp::by_name(op.name()), Some(op));
+        }
+    }
+
+    #[test]
+    fn each_op_has_its_own_spec() {
+        for op in MemoryOp::ALL {
+            assert_eq!(op.spec().name, op.name());
         }
     }
 }

@@ -129,7 +129,7 @@ impl ToolRecord {
     /// One of Letta's memory tools as a record (not stored unless a
     /// client changes it).
     pub(crate) fn memory_tool(op: MemoryOp) -> ToolRecord {
-        let mut record = ToolRecord::engine_tool(&op.spec());
+        let mut record = ToolRecord::engine_tool(op.spec());
         record.tool_type = MEMORY_TOOL_TYPE.into();
         record
     }
