@@ -51,6 +51,14 @@ pub(crate) const SET_ACTIVE_LEAF: &str = "UPDATE conversations SET active_leaf =
 pub(crate) const TAKE_EVENT_SEQS: &str = "UPDATE conversations \
     SET last_event_seq = last_event_seq + $2 WHERE id = $1 RETURNING last_event_seq";
 
+/// [`TAKE_EVENT_SEQS`] in two statements, for SQLite: there an
+/// `UPDATE … RETURNING` gathers its rows in a temporary b-tree first,
+/// which costs more than reading the one row again.
+pub(crate) const BUMP_EVENT_SEQS: &str =
+    "UPDATE conversations SET last_event_seq = last_event_seq + $2 WHERE id = $1";
+
+pub(crate) const LAST_EVENT_SEQ: &str = "SELECT last_event_seq FROM conversations WHERE id = $1";
+
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
     (conversation_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)";
 

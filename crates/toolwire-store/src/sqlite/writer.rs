@@ -836,13 +836,15 @@ fn insert_events(
     let corrupt =
         |seq: i64| StoreError::Corrupt(format!("conversation {conversation}: event seq {seq}"));
     let count = i64::try_from(events.len()).map_err(|_| corrupt(-1))?;
+    let bumped = tx
+        .prepare_cached(sql::BUMP_EVENT_SEQS)?
+        .execute(numbered(&[&conversation.0, &count]).as_slice())?;
+    if bumped == 0 {
+        return Err(StoreError::ConversationNotFound(conversation));
+    }
     let last: i64 = tx
-        .prepare_cached(sql::TAKE_EVENT_SEQS)?
-        .query_row(numbered(&[&conversation.0, &count]).as_slice(), |r| {
-            r.get(0)
-        })
-        .optional()?
-        .ok_or(StoreError::ConversationNotFound(conversation))?;
+        .prepare_cached(sql::LAST_EVENT_SEQ)?
+        .query_row(numbered(&[&conversation.0]).as_slice(), |r| r.get(0))?;
     let now = Ts::now();
     let mut insert = tx.prepare_cached(sql::INSERT_EVENT)?;
     let mut seqs = Vec::with_capacity(events.len());
