@@ -5,7 +5,6 @@ mod acp;
 mod chat;
 mod config;
 mod exec;
-mod malloc;
 mod render;
 mod serve;
 mod stream_decode;
@@ -14,6 +13,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+/// jemalloc, not glibc's malloc: a plain message builds and drops many
+/// small JSON values and rows, and glibc spent about a fifth of the
+/// server's CPU on them (consolidating and unlinking free chunks); a long
+/// path read's memory is also kept for reuse rather than given back and
+/// faulted in again. See docs/performance.md.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// toolwire: an agent runtime that makes every tool call visible and
 /// controllable, from the moment the model writes its name.
@@ -55,14 +62,13 @@ enum StreamCommand {
 
 fn main() -> ExitCode {
     // The sandbox helper first: a process per command, so nothing else
-    // (allocator tuning, logging, a runtime) may cost it time.
+    // (logging, a runtime) may cost it time.
     if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == config::SANDBOX_SUBCOMMAND)
     {
         toolwire_sandbox::helper::main(std::env::args_os().skip(2));
     }
-    malloc::tune();
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries answers and protocols); RUST_LOG
     // adjusts the level. An editor keeps an ACP agent's stderr as its log:

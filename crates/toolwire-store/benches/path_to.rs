@@ -13,9 +13,9 @@
 //! * `append/{sqlite,postgres}`: storing one message (under the chain's
 //!   leaf, which it becomes), one transaction.
 //!
-//! The `toolwire` binary sets glibc's malloc thresholds at start (see its
-//! `malloc.rs`); to measure as it runs, give this benchmark the same ones:
-//! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=16777216:glibc.malloc.mmap_threshold=8388608`.
+//! The `toolwire` binary allocates with jemalloc; to measure as it runs,
+//! give this benchmark the same allocator, e.g. Debian's `libjemalloc2`:
+//! `LD_PRELOAD=libjemalloc.so.2`.
 //!
 //! SQLite runs on a file in a temporary directory. PostgreSQL runs only
 //! when `TOOLWIRE_TEST_POSTGRES_URL` names a server (as for the tests): a
