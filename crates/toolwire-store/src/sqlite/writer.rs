@@ -9,13 +9,13 @@
 //! another process's writer (it fails at once with `SQLITE_BUSY` instead
 //! and is run again on a blocking thread, still holding the connection,
 //! where it waits as long as the busy timeout), nor for a checkpoint's
-//! `fsync` (the connection checkpoints nothing itself: once the WAL
-//! passes [`CHECKPOINT_PAGES`], a blocking thread checkpoints it on a
-//! connection of its own). Writes that may take long (a fork, a large
+//! `fsync` (the connection checkpoints nothing itself: once enough was
+//! written, a blocking thread checkpoints the WAL on a connection of its
+//! own, see [`checkpoint`]). Writes that may take long (a fork, a large
 //! blob) and the migrations run on a blocking thread.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::hooks::Action;
 use rusqlite::types::ToSql;
@@ -28,16 +28,13 @@ use uuid::Uuid;
 
 mod batch;
 mod begin;
+mod checkpoint;
 
 use super::transaction::{Begin, configure, is_busy, transaction, without_waiting};
 use super::{BUSY_TIMEOUT, Inline, Location, blocking};
 use crate::rows::{self, InstanceRow, MessageValues, Ts};
 use crate::sql;
 use crate::{InstanceRecord, Result, StoreError};
-
-/// The WAL's size, in pages, past which a commit has it checkpointed
-/// (SQLite's own default for its automatic checkpoints).
-const CHECKPOINT_PAGES: i32 = 1000;
 
 /// Blobs larger than this are written on a blocking thread, never on the
 /// caller's (copying them into the page cache takes a while).
@@ -59,13 +56,8 @@ pub(in crate::sqlite) struct Writer {
     /// Counts the connections opened and the changes made through them
     /// to stored messages other than inserts: see [`Stamp`].
     generation: Arc<AtomicU64>,
-    /// Set by a commit that left the WAL at [`CHECKPOINT_PAGES`] or
-    /// more; the write that sees it has the WAL checkpointed.
-    checkpoint_due: Arc<AtomicBool>,
-    /// A checkpoint is on its way (one at a time).
-    checkpointing: AtomicBool,
-    /// The file's checkpoints' own connection, opened by the first one.
-    checkpointer: Mutex<Option<Connection>>,
+    /// The file's WAL checkpoints, told of every commit.
+    checkpoints: Arc<checkpoint::Checkpoints>,
     /// Writes waiting for the connection, to be run in one batch (see
     /// [`batch`]).
     queue: batch::Queue,
@@ -92,9 +84,7 @@ impl Writer {
             conn: Arc::new(tokio::sync::Mutex::new(None)),
             opened: AtomicBool::new(false),
             generation: Arc::new(AtomicU64::new(0)),
-            checkpoint_due: Arc::new(AtomicBool::new(false)),
-            checkpointing: AtomicBool::new(false),
-            checkpointer: Mutex::new(None),
+            checkpoints: Arc::default(),
             queue: batch::Queue::default(),
         }
     }
@@ -136,10 +126,7 @@ impl Writer {
 
     pub(in crate::sqlite) async fn close(&self) {
         *self.conn.lock().await = None;
-        *self
-            .checkpointer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.checkpoints.close();
     }
 
     fn open(&self) -> Result<Connection> {
@@ -160,14 +147,11 @@ impl Writer {
                 if !mode.eq_ignore_ascii_case("wal") {
                     tracing::warn!(mode, "the database file could not be put in WAL mode");
                 }
-                // In place of SQLite's automatic checkpoints, which run
-                // (and `fsync`) inside the commit that passes the size:
-                // see [`Writer::checkpoint_if_due`].
-                let due = Arc::clone(&self.checkpoint_due);
-                conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
-                    if pages >= CHECKPOINT_PAGES {
-                        due.store(true, Ordering::SeqCst);
-                    }
+                // In place of SQLite's automatic checkpoints: see
+                // [`checkpoint`].
+                let checkpoints = Arc::clone(&self.checkpoints);
+                conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames| {
+                    checkpoints.committed(frames);
                     Ok(())
                 }))?;
                 conn
@@ -284,50 +268,10 @@ impl Writer {
         }
     }
 
-    /// Has the WAL checkpointed on a blocking thread if a commit found it
-    /// past [`CHECKPOINT_PAGES`] and no checkpoint is on its way (a
-    /// commit after that one sets the flag again while the WAL stays
-    /// that long).
-    fn checkpoint_if_due(self: &Arc<Self>) {
-        if !self.checkpoint_due.swap(false, Ordering::SeqCst)
-            || self.checkpointing.swap(true, Ordering::SeqCst)
-        {
-            return;
-        }
-        let this = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = this.checkpoint() {
-                tracing::warn!(error = %e, "checkpointing the database's WAL failed");
-            }
-            this.checkpointing.store(false, Ordering::SeqCst);
-        });
-    }
-
-    /// A passive checkpoint: the WAL's frames copied into the database
-    /// as far as no reader still needs them, writers going on meanwhile.
-    /// Another process's checkpoint going on makes it do nothing.
-    fn checkpoint(&self) -> Result<()> {
-        let Location::File(path) = &self.location else {
-            return Ok(());
-        };
-        let mut slot = self
-            .checkpointer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let conn = match slot.take() {
-            Some(conn) => conn,
-            None => Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?,
-        };
-        // Its columns: whether it could not run (busy), the WAL's
-        // frames, and how many of them are in the database now.
-        let _: (i64, i64, i64) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
-        *slot = Some(conn);
-        Ok(())
+    /// Has the WAL checkpointed if enough was written since the last
+    /// checkpoint (see [`checkpoint`]).
+    fn checkpoint_if_due(&self) {
+        self.checkpoints.run_if_due(&self.location);
     }
 
     /// Runs `f` as one write: in a transaction of its own (`BEGIN
