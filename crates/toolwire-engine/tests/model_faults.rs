@@ -566,3 +566,27 @@ async fn credentials_in_the_base_url_are_redacted_from_errors() {
     let asked = &server.received()[0];
     assert!(asked.path.contains("key=k3y"), "{}", asked.path);
 }
+
+#[tokio::test]
+async fn a_stream_that_says_it_is_over_ends_the_step_while_its_body_stays_open() {
+    // The whole answer and `[DONE]`, then nothing, the body never closed:
+    // the step ends at `[DONE]`, without waiting for the idle timeout.
+    let open = Reply::Stall {
+        head: true,
+        sent: openai_sse("Done early.", &[]),
+        for_: Duration::from_secs(30),
+    };
+    let server = MockServer::start(vec![open, Reply::sse(openai_sse("Next.", &[]))]).await;
+    let (engine, _dir) = engine(
+        provider(&server.url),
+        echo_tools(&[], Duration::ZERO),
+        config(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    let first = engine.run(conv.id, "hello").await.unwrap();
+    assert_eq!(first.reason, StopReason::EndTurn, "{:?}", first.error);
+    assert_eq!(first.final_message.unwrap().text(), "Done early.");
+    let second = engine.run(conv.id, "again").await.unwrap();
+    assert_eq!(second.final_message.unwrap().text(), "Next.");
+}

@@ -340,7 +340,20 @@ fn decode_body(
                         limit: s.limits.max_body_bytes,
                     })]
                 } else {
-                    s.decoder.feed(&bytes).into_iter().map(Ok).collect()
+                    let events = s.decoder.feed(&bytes).into_iter().map(Ok).collect();
+                    if s.decoder.ended() {
+                        // Every event is out: the stream ends here, not
+                        // when the body does (the turn stores a step's last
+                        // events with its message when it sees the end).
+                        s.done = true;
+                        let left = s.limits.max_body_bytes.saturating_sub(s.received);
+                        drain(
+                            std::mem::replace(&mut s.body, futures::stream::empty().boxed()),
+                            s.limits.idle_timeout,
+                            left,
+                        );
+                    }
+                    events
                 }
             }
             Ok(Some(Err(e))) => {
@@ -373,6 +386,25 @@ fn decode_body(
     })
     .flatten()
     .boxed()
+}
+
+/// Reads the rest of a body whose stream said it was over (a chunked
+/// body's last chunk, a few bytes), in the background, so that its
+/// connection goes back to the pool rather than being closed; gives up
+/// after `idle` without a byte or past `max` bytes.
+fn drain(
+    mut body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    idle: Duration,
+    mut max: u64,
+) {
+    tokio::spawn(async move {
+        while let Ok(Some(Ok(bytes))) = tokio::time::timeout(idle, body.next()).await {
+            max = max.saturating_sub(bytes.len() as u64);
+            if max == 0 {
+                break;
+            }
+        }
+    });
 }
 
 /// Whether a 200's body can be what was asked for: an event stream, or

@@ -144,6 +144,10 @@ impl FrameHandler for MessageState {
             self.stop(out);
         }
     }
+
+    fn ended(&self) -> bool {
+        self.finished
+    }
 }
 
 impl MessageState {

@@ -22,6 +22,8 @@ pub(crate) trait FrameHandler {
     fn body(&mut self, body: Value, out: &mut Vec<StreamEvent>);
     /// The input ended.
     fn end(&mut self, out: &mut Vec<StreamEvent>);
+    /// The stream said it is over (see [`crate::Decoder::ended`]).
+    fn ended(&self) -> bool;
 }
 
 #[derive(Debug)]
@@ -76,6 +78,10 @@ macro_rules! framed_decoder {
 
             fn finish(&mut self) -> Vec<$crate::StreamEvent> {
                 self.framing.finish(&mut self.state)
+            }
+
+            fn ended(&self) -> bool {
+                $crate::framing::FrameHandler::ended(&self.state)
             }
         }
     };

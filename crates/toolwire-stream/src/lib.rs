@@ -46,6 +46,13 @@ pub trait Decoder {
     fn feed(&mut self, chunk: &[u8]) -> Vec<StreamEvent>;
     /// Ends the input: flushes held bytes, fails calls still open.
     fn finish(&mut self) -> Vec<StreamEvent>;
+    /// Whether the input said it is over (OpenAI's `[DONE]`, Anthropic's
+    /// `message_stop`, the Responses API's `response.completed`): every
+    /// event is out, and nothing that follows would be read, so the
+    /// caller need not wait for the body's end (nor call `finish`).
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
 /// The wire formats toolwire can decode.

@@ -149,6 +149,10 @@ impl FrameHandler for ChatState {
         self.calls
             .fail_all("the stream ended before the tool call was closed", out);
     }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
 }
 
 impl ChatState {

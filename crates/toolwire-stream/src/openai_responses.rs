@@ -24,6 +24,8 @@ struct ResponsesState {
     /// Open calls keyed by output item id.
     calls: OpenCalls<String>,
     saw_call: bool,
+    /// The response's last event came (nothing follows it).
+    ended: bool,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +141,10 @@ impl FrameHandler for ResponsesState {
         self.calls
             .fail_all("the stream ended before the tool call was closed", out);
     }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
 }
 
 impl ResponsesState {
@@ -182,6 +188,7 @@ impl ResponsesState {
                 });
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
+                self.ended = true;
                 if let Some(response) = ev.response {
                     self.response_end(response, out);
                 }
