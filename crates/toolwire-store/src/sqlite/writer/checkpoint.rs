@@ -8,6 +8,14 @@
 //! its length had every commit start a checkpoint, each copying a few
 //! pages and syncing both files (420 checkpoints in a 500-message
 //! `plain-load`, a tenth of the server's CPU).
+//!
+//! Those checkpoints restarted the WAL now and then, by chance, when one
+//! found no reader in its way; fewer checkpoints find that moment more
+//! rarely, and the WAL grew to 600 MB in a `serve-load` run. So a WAL
+//! past [`WAL_LIMIT_FRAMES`] gets a `TRUNCATE` checkpoint, which waits
+//! (up to the busy timeout) for the writers and readers of the moment,
+//! copies every frame and empties the WAL: this process's writes wait
+//! for it on a blocking thread, as for another process's writer.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,18 +23,24 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::Result;
-use crate::sqlite::Location;
+use crate::sqlite::{BUSY_TIMEOUT, Location};
 
 /// Frames appended to the WAL since the last checkpoint past which a
 /// commit has it checkpointed (SQLite's own default size for its
 /// automatic checkpoints).
 const CHECKPOINT_PAGES: i32 = 1000;
 
+/// The WAL's length in frames (32 MiB of 4 KiB pages) past which a
+/// checkpoint empties it.
+const WAL_LIMIT_FRAMES: i32 = 8 * CHECKPOINT_PAGES;
+
 #[derive(Debug, Default)]
 pub(in crate::sqlite) struct Checkpoints {
     /// Set by a commit that found [`CHECKPOINT_PAGES`] new frames; the
     /// write that sees it has the WAL checkpointed.
     due: AtomicBool,
+    /// Set with `due` when the WAL passed [`WAL_LIMIT_FRAMES`].
+    truncate: AtomicBool,
     /// A checkpoint is on its way (one at a time).
     running: AtomicBool,
     /// The WAL's length in frames after the last commit.
@@ -49,7 +63,10 @@ impl Checkpoints {
             frames
         };
         let appended = self.appended.fetch_add(added, Ordering::SeqCst) + added;
-        if appended >= CHECKPOINT_PAGES {
+        if frames >= WAL_LIMIT_FRAMES {
+            self.truncate.store(true, Ordering::SeqCst);
+        }
+        if appended >= CHECKPOINT_PAGES || frames >= WAL_LIMIT_FRAMES {
             self.due.store(true, Ordering::SeqCst);
         }
     }
@@ -75,23 +92,34 @@ impl Checkpoints {
     }
 
     /// A passive checkpoint: the WAL's frames copied into the database
-    /// as far as no reader still needs them, writers going on meanwhile.
-    /// Another process's checkpoint going on makes it do nothing.
+    /// as far as no reader still needs them, writers going on meanwhile;
+    /// or, once the WAL is too long, a `TRUNCATE` one. Another process's
+    /// checkpoint going on makes it do nothing.
     fn checkpoint(&self, path: &std::path::Path) -> Result<()> {
         let mut slot = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let conn = match slot.take() {
             Some(conn) => conn,
-            None => Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?,
+            None => {
+                let conn = Connection::open_with_flags(
+                    path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                // Only a `TRUNCATE` checkpoint waits (a passive one never
+                // calls the busy handler).
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                conn
+            }
+        };
+        let sql = if self.truncate.swap(false, Ordering::SeqCst) {
+            "PRAGMA wal_checkpoint(TRUNCATE)"
+        } else {
+            "PRAGMA wal_checkpoint(PASSIVE)"
         };
         // Its columns: whether it could not run (busy), the WAL's
         // frames, and how many of them are in the database now. Frames a
         // reader held back are copied by the next one.
-        let _: (i64, i64, i64) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
+        let _: (i64, i64, i64) =
+            conn.query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         *slot = Some(conn);
         Ok(())
     }
@@ -122,5 +150,19 @@ mod tests {
         // Restarted: its frames are all new.
         c.committed(1);
         assert!(c.due.swap(false, Ordering::SeqCst));
+        c.appended.store(0, Ordering::SeqCst);
+        assert!(!c.truncate.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_wal_past_its_limit_is_emptied() {
+        let c = Checkpoints::default();
+        c.committed(WAL_LIMIT_FRAMES - 1);
+        assert!(!c.truncate.load(Ordering::SeqCst));
+        c.due.store(false, Ordering::SeqCst);
+        c.appended.store(0, Ordering::SeqCst);
+        c.committed(WAL_LIMIT_FRAMES);
+        assert!(c.due.load(Ordering::SeqCst));
+        assert!(c.truncate.load(Ordering::SeqCst));
     }
 }
