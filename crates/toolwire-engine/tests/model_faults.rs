@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use support::*;
-use toolwire_core::{AgentEvent, ContentBlock, MessageStatus, Role, StopReason};
+use toolwire_core::{AgentEvent, ContentBlock, ConversationId, MessageStatus, Role, StopReason};
 use toolwire_engine::{Engine, EngineConfig};
 use toolwire_providers::{
     EventStream, ModelRequest, OpenAiProvider, Provider, ProviderError, StreamLimits,
@@ -43,6 +43,22 @@ fn config() -> EngineConfig {
     }
 }
 
+/// An engine on `server` (this file's limits, no tools) and a new
+/// conversation in it.
+async fn plain_engine(
+    server: &MockServer,
+    config: EngineConfig,
+) -> (Engine, ConversationId, tempfile::TempDir) {
+    let (engine, dir) = engine(
+        provider(&server.url),
+        echo_tools(&[], Duration::ZERO),
+        config,
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    (engine, conv.id, dir)
+}
+
 /// Sends a first message (met by `fault`), checks that the step ended with
 /// an error containing each of `names`, then a second one, which the mock
 /// answers normally. Returns the engine, the mock and the first error.
@@ -51,15 +67,9 @@ async fn fault_then_answer(
     names: &[&str],
 ) -> (Engine, MockServer, String, tempfile::TempDir) {
     let server = MockServer::start(vec![fault, Reply::sse(openai_sse("Fine now.", &[]))]).await;
-    let (engine, dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config(),
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
+    let (engine, conv, dir) = plain_engine(&server, config()).await;
 
-    let first = tokio::time::timeout(Duration::from_secs(60), engine.run(conv.id, "hello"))
+    let first = tokio::time::timeout(Duration::from_secs(60), engine.run(conv, "hello"))
         .await
         .expect("the faulty step ended")
         .unwrap();
@@ -68,9 +78,9 @@ async fn fault_then_answer(
     for name in names {
         assert!(error.contains(name), "{name:?} not in {error:?}");
     }
-    assert!(!engine.is_running(conv.id), "the conversation is released");
+    assert!(!engine.is_running(conv), "the conversation is released");
 
-    let second = engine.run(conv.id, "again").await.unwrap();
+    let second = engine.run(conv, "again").await.unwrap();
     assert_eq!(second.reason, StopReason::EndTurn, "{:?}", second.error);
     assert_eq!(second.final_message.unwrap().text(), "Fine now.");
     (engine, server, error, dir)
@@ -103,14 +113,8 @@ async fn retry_after_within_the_cap_is_honoured() {
         Reply::sse(openai_sse("After the wait.", &[])),
     ])
     .await;
-    let (engine, _dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config(),
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
-    let outcome = engine.run(conv.id, "hello").await.unwrap();
+    let (engine, conv, _dir) = plain_engine(&server, config()).await;
+    let outcome = engine.run(conv, "hello").await.unwrap();
     assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
     assert_eq!(server.received().len(), 2);
 }
@@ -174,18 +178,12 @@ async fn too_many_events_cut_the_step() {
         max_step_output_bytes: usize::MAX / 2,
         ..config()
     };
-    let (engine, _dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config,
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
-    let first = engine.run(conv.id, "hello").await.unwrap();
+    let (engine, conv, _dir) = plain_engine(&server, config).await;
+    let first = engine.run(conv, "hello").await.unwrap();
     assert_eq!(first.reason, StopReason::LlmApiError);
     let error = first.error.unwrap();
     assert!(error.contains("max_step_events"), "{error}");
-    let second = engine.run(conv.id, "again").await.unwrap();
+    let second = engine.run(conv, "again").await.unwrap();
     assert_eq!(second.reason, StopReason::EndTurn, "{:?}", second.error);
 }
 
@@ -269,14 +267,8 @@ async fn a_plain_json_body_is_still_accepted() {
         body: body.to_string(),
     }])
     .await;
-    let (engine, _dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config(),
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
-    let outcome = engine.run(conv.id, "hello").await.unwrap();
+    let (engine, conv, _dir) = plain_engine(&server, config()).await;
+    let outcome = engine.run(conv, "hello").await.unwrap();
     assert_eq!(outcome.reason, StopReason::EndTurn, "{:?}", outcome.error);
     assert_eq!(outcome.final_message.unwrap().text(), "Plain JSON.");
 }
@@ -454,14 +446,8 @@ async fn a_panicking_tool_is_answered_with_an_error_and_the_turn_goes_on() {
 #[tokio::test]
 async fn max_tokens_is_always_sent() {
     let server = MockServer::start(vec![Reply::sse(openai_sse("ok", &[]))]).await;
-    let (engine, _dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config(),
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
-    engine.run(conv.id, "hello").await.unwrap();
+    let (engine, conv, _dir) = plain_engine(&server, config()).await;
+    engine.run(conv, "hello").await.unwrap();
     // A local OpenAI-compatible server gets the widely read name.
     assert_eq!(server.received()[0].body["max_tokens"], 1024);
     assert!(
@@ -577,16 +563,10 @@ async fn a_stream_that_says_it_is_over_ends_the_step_while_its_body_stays_open()
         for_: Duration::from_secs(30),
     };
     let server = MockServer::start(vec![open, Reply::sse(openai_sse("Next.", &[]))]).await;
-    let (engine, _dir) = engine(
-        provider(&server.url),
-        echo_tools(&[], Duration::ZERO),
-        config(),
-    )
-    .await;
-    let conv = engine.create_conversation(None).await.unwrap();
-    let first = engine.run(conv.id, "hello").await.unwrap();
+    let (engine, conv, _dir) = plain_engine(&server, config()).await;
+    let first = engine.run(conv, "hello").await.unwrap();
     assert_eq!(first.reason, StopReason::EndTurn, "{:?}", first.error);
     assert_eq!(first.final_message.unwrap().text(), "Done early.");
-    let second = engine.run(conv.id, "again").await.unwrap();
+    let second = engine.run(conv, "again").await.unwrap();
     assert_eq!(second.final_message.unwrap().text(), "Next.");
 }
