@@ -12,18 +12,22 @@
 //! Those checkpoints restarted the WAL now and then, by chance, when one
 //! found no reader in its way; fewer checkpoints find that moment more
 //! rarely, and the WAL grew to 600 MB in a `serve-load` run. So a WAL
-//! past [`WAL_LIMIT_FRAMES`] gets a `TRUNCATE` checkpoint, which waits
-//! (up to the busy timeout) for the writers and readers of the moment,
-//! copies every frame and empties the WAL: this process's writes wait
-//! for it on a blocking thread, as for another process's writer.
+//! past [`WAL_LIMIT_FRAMES`] gets a `RESTART` checkpoint, which waits
+//! (up to [`RESTART_WAIT`]) for the writers and readers of the moment and
+//! copies every frame, so that the next commit writes the WAL from its
+//! start again (the file keeps its size, ready for reuse): this process's
+//! writes wait for it on a blocking thread, as for another process's
+//! writer. A `TRUNCATE` one, which also gives the file's space back, had
+//! the file grown again block by block each time.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::Result;
-use crate::sqlite::{BUSY_TIMEOUT, Location};
+use crate::sqlite::Location;
 
 /// Frames appended to the WAL since the last checkpoint past which a
 /// commit has it checkpointed (SQLite's own default size for its
@@ -31,8 +35,14 @@ use crate::sqlite::{BUSY_TIMEOUT, Location};
 const CHECKPOINT_PAGES: i32 = 1000;
 
 /// The WAL's length in frames (32 MiB of 4 KiB pages) past which a
-/// checkpoint empties it.
+/// checkpoint has it restarted.
 const WAL_LIMIT_FRAMES: i32 = 8 * CHECKPOINT_PAGES;
+
+/// How long a `RESTART` checkpoint waits for the write lock and for the
+/// readers of the moment, holding up this process's writes meanwhile;
+/// past it, it copies what it can and the WAL stays (the next commit
+/// asks again). Reads take milliseconds.
+const RESTART_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 pub(in crate::sqlite) struct Checkpoints {
@@ -40,7 +50,7 @@ pub(in crate::sqlite) struct Checkpoints {
     /// write that sees it has the WAL checkpointed.
     due: AtomicBool,
     /// Set with `due` when the WAL passed [`WAL_LIMIT_FRAMES`].
-    truncate: AtomicBool,
+    restart: AtomicBool,
     /// A checkpoint is on its way (one at a time).
     running: AtomicBool,
     /// The WAL's length in frames after the last commit.
@@ -64,7 +74,7 @@ impl Checkpoints {
         };
         let appended = self.appended.fetch_add(added, Ordering::SeqCst) + added;
         if frames >= WAL_LIMIT_FRAMES {
-            self.truncate.store(true, Ordering::SeqCst);
+            self.restart.store(true, Ordering::SeqCst);
         }
         if appended >= CHECKPOINT_PAGES || frames >= WAL_LIMIT_FRAMES {
             self.due.store(true, Ordering::SeqCst);
@@ -93,7 +103,7 @@ impl Checkpoints {
 
     /// A passive checkpoint: the WAL's frames copied into the database
     /// as far as no reader still needs them, writers going on meanwhile;
-    /// or, once the WAL is too long, a `TRUNCATE` one. Another process's
+    /// or, once the WAL is too long, a `RESTART` one. Another process's
     /// checkpoint going on makes it do nothing.
     fn checkpoint(&self, path: &std::path::Path) -> Result<()> {
         let mut slot = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
@@ -104,14 +114,14 @@ impl Checkpoints {
                     path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                // Only a `TRUNCATE` checkpoint waits (a passive one never
+                // Only a `RESTART` checkpoint waits (a passive one never
                 // calls the busy handler).
-                conn.busy_timeout(BUSY_TIMEOUT)?;
+                conn.busy_timeout(RESTART_WAIT)?;
                 conn
             }
         };
-        let sql = if self.truncate.swap(false, Ordering::SeqCst) {
-            "PRAGMA wal_checkpoint(TRUNCATE)"
+        let sql = if self.restart.swap(false, Ordering::SeqCst) {
+            "PRAGMA wal_checkpoint(RESTART)"
         } else {
             "PRAGMA wal_checkpoint(PASSIVE)"
         };
@@ -151,18 +161,18 @@ mod tests {
         c.committed(1);
         assert!(c.due.swap(false, Ordering::SeqCst));
         c.appended.store(0, Ordering::SeqCst);
-        assert!(!c.truncate.load(Ordering::SeqCst));
+        assert!(!c.restart.load(Ordering::SeqCst));
     }
 
     #[test]
-    fn a_wal_past_its_limit_is_emptied() {
+    fn a_wal_past_its_limit_is_restarted() {
         let c = Checkpoints::default();
         c.committed(WAL_LIMIT_FRAMES - 1);
-        assert!(!c.truncate.load(Ordering::SeqCst));
+        assert!(!c.restart.load(Ordering::SeqCst));
         c.due.store(false, Ordering::SeqCst);
         c.appended.store(0, Ordering::SeqCst);
         c.committed(WAL_LIMIT_FRAMES);
         assert!(c.due.load(Ordering::SeqCst));
-        assert!(c.truncate.load(Ordering::SeqCst));
+        assert!(c.restart.load(Ordering::SeqCst));
     }
 }
