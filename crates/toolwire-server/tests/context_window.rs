@@ -227,6 +227,11 @@ async fn the_live_compact_route_starts_a_run_whose_node_comes_over_the_socket() 
     assert_eq!(status, 201, "{conv}");
     let conv = conv["id"].as_str().unwrap().to_owned();
     let mut socket = s.socket(&format!("/v1/conversations/{conv}/ws")).await;
+    // The snapshot first: the socket follows the events after the one it
+    // was taken at, so a run started before it would be in the snapshot,
+    // not in the frames.
+    let snapshot = support::frame(&mut socket).await;
+    assert_eq!(snapshot["type"], "snapshot", "{snapshot}");
     // An empty conversation: nothing to compact, nothing stored.
     let (status, r) = s
         .call("POST", &format!("/v1/conversations/{conv}/compact"), None)
