@@ -53,7 +53,9 @@ pub async fn retrieve(
             })
         })
         .collect();
-    let functions_tokens = estimate_tokens(&Value::Array(functions.clone()).to_string());
+    // The array's JSON text, as `Value::Array(…).to_string()` writes it,
+    // without copying the definitions into one.
+    let functions_tokens = estimate_tokens(&serde_json::to_string(&functions).unwrap_or_default());
     // As a step sends the path: the latest compaction's summary in place
     // of what it covered. The summary stands apart, as in Letta's
     // overview; `messages` are those sent after it.
