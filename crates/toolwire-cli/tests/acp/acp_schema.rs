@@ -103,6 +103,9 @@ pub struct WireCheck {
     updates: Arc<Mutex<Vec<UpdateSize>>>,
     /// Each request the agent sent: its method and the bytes of its line.
     requests: Arc<Mutex<Vec<(String, usize)>>>,
+    /// Every message the agent wrote, in the order it wrote them (what a
+    /// client's polling may reorder; the order checks read this).
+    messages: Arc<Mutex<Vec<Value>>>,
 }
 
 /// The size of one `session/update` on the wire.
@@ -136,6 +139,11 @@ impl WireCheck {
     /// The requests the agent sent so far (method, line bytes), in order.
     pub fn requests(&self) -> Vec<(String, usize)> {
         self.requests.lock().expect("requests").clone()
+    }
+
+    /// Every message the agent wrote so far, in wire order.
+    pub fn messages(&self) -> Vec<Value> {
+        self.messages.lock().expect("messages").clone()
     }
 
     /// Panics listing every message the agent wrote that the schema rejects.
@@ -186,7 +194,9 @@ impl WireCheck {
                         update_bytes: update.to_string().len(),
                     });
                 }
-                self.agent_problems(&msg)
+                let checked = self.agent_problems(&msg);
+                self.messages.lock().expect("messages").push(msg);
+                checked
             }
             Err(e) => ("(none)".to_owned(), vec![format!("not JSON: {e}")]),
         };

@@ -362,12 +362,13 @@ async fn slow_first(first: String, then: Vec<Reply>) -> MockServer {
 }
 
 /// Two prompts, the second sent once the first one's turn shows its first
-/// words; each prompt's answer with the agent message text seen by then.
+/// words; each prompt's answer with the agent message text seen by then,
+/// and every message the agent wrote, in wire order.
 async fn two_prompts_at_once(
     args: &[String],
     home: &Path,
     cwd: PathBuf,
-) -> (Vec<(StopReason, String)>, Editor) {
+) -> (Vec<(StopReason, String)>, Vec<serde_json::Value>) {
     let (child, transport, _) = spawn_with(home, args);
     let editor = Editor::new();
     let seen = editor.updates.clone();
@@ -415,8 +416,9 @@ async fn two_prompts_at_once(
             Ok(vec![a?, b?])
         })
         .await;
+    let wire = child.check.messages();
     drop(child);
-    (answered, editor)
+    (answered, wire)
 }
 
 /// The user messages of a request to the mock.
@@ -439,21 +441,35 @@ async fn a_prompt_during_a_turn_is_queued_and_answered_after_it() {
     )
     .await;
     let args = config_args(dirs.home(), &config(dirs.home(), &mock.url));
-    let (answers, _editor) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
+    let (answers, wire) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
     assert_eq!(answers[0].0, StopReason::EndTurn);
     assert_eq!(answers[1].0, StopReason::EndTurn);
-    // The first prompt is answered once its turn's words are all out.
-    // (Whether the client also read some of the queued turn's words
-    // before it polled that answer is the client's timing, not the
-    // agent's: the agent sends the answer before the queued turn starts,
-    // and the model's requests below show the queued turn came after.)
-    assert!(
-        answers[0]
-            .1
-            .starts_with(&"The first answer, slowly. ".repeat(12)),
-        "{answers:?}"
-    );
+    let first_answer = "The first answer, slowly. ".repeat(12);
+    assert!(answers[0].1.starts_with(&first_answer), "{answers:?}");
     assert!(answers[1].1.ends_with("The second answer."), "{answers:?}");
+    // On the wire (the client may poll answers sent together in either
+    // order): the first turn's words, its answer, then the queued turn's
+    // words and its answer; nothing of one turn inside the other.
+    let mut words = String::new();
+    let mut order = Vec::new();
+    for message in &wire {
+        if let Some(reason) = message["result"]["stopReason"].as_str() {
+            order.push(format!("answer {reason} after {} bytes", words.len()));
+        }
+        let update = &message["params"]["update"];
+        if update["sessionUpdate"] == "agent_message_chunk" {
+            words.push_str(update["content"]["text"].as_str().unwrap_or_default());
+        }
+    }
+    assert_eq!(words, format!("{first_answer}The second answer."));
+    assert_eq!(
+        order,
+        [
+            format!("answer end_turn after {} bytes", first_answer.len()),
+            format!("answer end_turn after {} bytes", words.len()),
+        ],
+        "{wire:#?}"
+    );
     // Two turns, the second after the first: it read the first answer.
     let received = mock.received();
     assert_eq!(received.len(), 2);
@@ -485,7 +501,7 @@ async fn a_prompt_during_a_turn_can_land_in_the_running_turn() {
     toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
     std::fs::write(&config, toml).unwrap();
     let args = config_args(dirs.home(), &config);
-    let (answers, _editor) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
+    let (answers, _) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
     assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
     assert_eq!(answers[1].0, StopReason::EndTurn, "{answers:?}");
     assert!(answers[0].1.ends_with("Answered both."), "{answers:?}");
