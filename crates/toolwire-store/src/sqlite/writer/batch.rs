@@ -159,14 +159,22 @@ impl Writer {
 
     /// Runs a batch of the queued writes on the connection in `slot` and
     /// answers their callers: on this thread if SQLite need not wait,
-    /// else on a blocking thread.
+    /// else on a blocking thread. The callers are answered before the
+    /// connection is let go, so a caller that takes it with nothing
+    /// queued has its answer waiting: it leads no empty transaction.
+    /// (It can take it so: its wait looked at its answer, found none,
+    /// and then found the connection free, the batch that ran its write
+    /// having ended on another thread in between.)
     async fn lead(self: &Arc<Self>, mut slot: OwnedMutexGuard<Option<Connection>>) {
+        if self.queued_none() {
+            return;
+        }
         let mut batch = Vec::new();
         if let Some(conn) = slot.as_mut().filter(|c| c.is_autocommit()) {
             let done = without_waiting(conn, |conn| self.run_batch(conn, &mut batch));
             if !done.as_ref().is_err_and(is_busy) {
-                drop(slot);
                 answer(batch, done);
+                drop(slot);
                 self.checkpoint_if_due();
                 return;
             }
@@ -180,8 +188,8 @@ impl Writer {
             let done = this
                 .ready(&mut slot)
                 .and_then(|conn| this.run_batch(conn, &mut batch));
-            drop(slot);
             answer(batch, done);
+            drop(slot);
         })
         .await;
         if let Err(e) = ran
