@@ -209,7 +209,7 @@ pub(crate) async fn read_for_preview(fs: Option<&ClientFs>, path: &Path) -> OldT
 
 /// `read_file` through the editor.
 pub(crate) struct ClientReadFile {
-    pub spec: ToolSpec,
+    pub spec: Arc<ToolSpec>,
     pub fs: ClientFs,
 }
 
@@ -224,7 +224,7 @@ struct ReadArgs {
 
 #[async_trait]
 impl Tool for ClientReadFile {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -257,7 +257,7 @@ impl Tool for ClientReadFile {
 
 /// `write_file` through the editor.
 pub(crate) struct ClientWriteFile {
-    pub spec: ToolSpec,
+    pub spec: Arc<ToolSpec>,
     pub fs: ClientFs,
 }
 
@@ -269,7 +269,7 @@ struct WriteArgs {
 
 #[async_trait]
 impl Tool for ClientWriteFile {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -287,7 +287,7 @@ impl Tool for ClientWriteFile {
 /// `apply_diff` through the editor: its buffer is the old text, the
 /// patched text goes back to it.
 pub(crate) struct ClientApplyDiff {
-    pub spec: ToolSpec,
+    pub spec: Arc<ToolSpec>,
     pub fs: ClientFs,
 }
 
@@ -299,7 +299,7 @@ struct DiffArgs {
 
 #[async_trait]
 impl Tool for ClientApplyDiff {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 

@@ -168,7 +168,7 @@ impl ShowsDiff {
 
 #[async_trait]
 impl Tool for ShowsDiff {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         self.inner.spec()
     }
 

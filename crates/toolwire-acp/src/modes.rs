@@ -183,7 +183,7 @@ impl ModeRunCommand {
 
 #[async_trait]
 impl Tool for ModeRunCommand {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         self.fallback.spec()
     }
 

@@ -51,7 +51,7 @@ enum Ended {
 
 #[async_trait]
 impl Tool for ClientRunCommand {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         self.builtin.spec()
     }
 

@@ -514,12 +514,12 @@ async fn main() -> Result<()> {
 
 /// A tool that does nothing.
 struct Noop {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[async_trait]
 impl Tool for Noop {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -568,13 +568,13 @@ async fn engine(store: Arc<dyn Store>, steps: u32) -> Result<Engine> {
     let provider = Arc::new(ScriptedProvider::new(script, false));
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Noop {
-        spec: ToolSpec {
+        spec: Arc::new(ToolSpec {
             name: "noop".into(),
             server: None,
             description: "Does nothing.".into(),
             parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
             read_only: true,
-        },
+        }),
     }));
     let config = EngineConfig {
         max_steps: steps.max(1),

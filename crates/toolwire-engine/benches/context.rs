@@ -41,7 +41,7 @@ const WINDOW: u64 = 8_000;
 const LOOP_STEPS: u64 = 200;
 
 struct Chunks {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 fn chunk(n: u64) -> String {
@@ -57,7 +57,7 @@ fn chunk(n: u64) -> String {
 
 #[async_trait]
 impl Tool for Chunks {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -67,14 +67,14 @@ impl Tool for Chunks {
     }
 }
 
-fn tool(name: &str) -> ToolSpec {
-    ToolSpec {
+fn tool(name: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
         name: name.into(),
         server: None,
         description: "Reads chunk n.".into(),
         parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
         read_only: true,
-    }
+    })
 }
 
 fn chunk_tools() -> ToolRegistry {
@@ -223,12 +223,12 @@ fn tokens_per_step(rt: &Runtime) {
 // -- accounting overhead --------------------------------------------------
 
 struct Noop {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[async_trait]
 impl Tool for Noop {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
     async fn call(&self, _arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {

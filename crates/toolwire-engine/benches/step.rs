@@ -48,12 +48,12 @@ const STEPS_PER_TURN: u32 = TOOL_STEPS as u32 + 1;
 
 /// A tool that does nothing.
 struct Noop {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[async_trait]
 impl Tool for Noop {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -65,13 +65,13 @@ impl Tool for Noop {
 fn noop_tools() -> ToolRegistry {
     let mut tools = ToolRegistry::new();
     tools.register(Arc::new(Noop {
-        spec: ToolSpec {
+        spec: Arc::new(ToolSpec {
             name: "noop".into(),
             server: None,
             description: "Does nothing.".into(),
             parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
             read_only: true,
-        },
+        }),
     }));
     tools
 }

@@ -27,7 +27,7 @@ const WINDOW: u64 = 8_000;
 /// A tool whose result is a chunk of about 400 tokens (`{"n": N}`), or
 /// `{"n": N, "lines": L}` lines.
 struct Chunks {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 fn chunk(n: u64, lines: u64) -> String {
@@ -43,7 +43,7 @@ fn chunk(n: u64, lines: u64) -> String {
 
 #[async_trait]
 impl Tool for Chunks {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -57,13 +57,13 @@ impl Tool for Chunks {
 fn tools() -> ToolRegistry {
     let mut r = ToolRegistry::new();
     r.register(Arc::new(Chunks {
-        spec: ToolSpec {
+        spec: Arc::new(ToolSpec {
             name: "read_chunk".into(),
             server: None,
             description: "Reads chunk n.".into(),
             parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
             read_only: true,
-        },
+        }),
     }));
     r
 }

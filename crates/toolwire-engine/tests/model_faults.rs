@@ -360,12 +360,12 @@ async fn a_panicking_turn_ends_with_an_error_and_releases_the_conversation() {
 /// A tool whose call panics (a buggy MCP adapter or client tool): its call
 /// is answered with an error and the turn goes on.
 struct PanickingTool {
-    spec: toolwire_tools::ToolSpec,
+    spec: Arc<toolwire_tools::ToolSpec>,
 }
 
 #[async_trait]
 impl toolwire_tools::Tool for PanickingTool {
-    fn spec(&self) -> &toolwire_tools::ToolSpec {
+    fn spec(&self) -> &Arc<toolwire_tools::ToolSpec> {
         &self.spec
     }
 
@@ -395,13 +395,13 @@ async fn a_panicking_tool_is_answered_with_an_error_and_the_turn_goes_on() {
     .await;
     let mut tools = echo_tools(&[], Duration::ZERO);
     tools.register(Arc::new(PanickingTool {
-        spec: toolwire_tools::ToolSpec {
+        spec: Arc::new(toolwire_tools::ToolSpec {
             name: "boom".into(),
             server: None,
             description: "panics".into(),
             parameters: serde_json::json!({"type": "object"}),
             read_only: true,
-        },
+        }),
     }));
     let (engine, _dir) = engine(provider(&server.url), tools, config()).await;
     let conv = engine.create_conversation(None).await.unwrap();

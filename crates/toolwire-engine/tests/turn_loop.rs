@@ -384,13 +384,13 @@ async fn restart_marks_the_unfinished_turn_interrupted() {
 
 /// A tool that panics, or one that ignores cancellation.
 struct Misbehaving {
-    spec: toolwire_tools::ToolSpec,
+    spec: Arc<toolwire_tools::ToolSpec>,
     panics: bool,
 }
 
 #[async_trait::async_trait]
 impl toolwire_tools::Tool for Misbehaving {
-    fn spec(&self) -> &toolwire_tools::ToolSpec {
+    fn spec(&self) -> &Arc<toolwire_tools::ToolSpec> {
         &self.spec
     }
 
@@ -410,13 +410,13 @@ impl toolwire_tools::Tool for Misbehaving {
 fn misbehaving(name: &str, panics: bool) -> toolwire_tools::ToolRegistry {
     let mut r = toolwire_tools::ToolRegistry::new();
     r.register(Arc::new(Misbehaving {
-        spec: toolwire_tools::ToolSpec {
+        spec: Arc::new(toolwire_tools::ToolSpec {
             name: name.into(),
             server: None,
             description: String::new(),
             parameters: json!({"type": "object"}),
             read_only: false,
-        },
+        }),
         panics,
     }));
     r

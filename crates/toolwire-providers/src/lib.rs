@@ -62,7 +62,7 @@ pub struct ModelRequest {
     pub system: String,
     /// The path after the root: user, assistant and tool messages.
     pub messages: Vec<Message>,
-    /// Shared with the tools that own them (see `Tool::shared_spec` in
+    /// Shared with the tools that own them (see `Tool::spec` in
     /// toolwire-tools): a step's request copies no schema.
     pub tools: Vec<Arc<ToolSpec>>,
     /// Which turn of the conversation this is (0 for the first user

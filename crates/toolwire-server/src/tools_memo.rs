@@ -84,11 +84,11 @@ mod tests {
     use async_trait::async_trait;
     use toolwire_tools::{ToolContext, ToolError, ToolOutput, ToolSpec};
 
-    struct Named(ToolSpec);
+    struct Named(Arc<ToolSpec>);
 
     #[async_trait]
     impl Tool for Named {
-        fn spec(&self) -> &ToolSpec {
+        fn spec(&self) -> &Arc<ToolSpec> {
             &self.0
         }
         async fn call(
@@ -101,13 +101,13 @@ mod tests {
     }
 
     fn tool(name: &str) -> Arc<dyn Tool> {
-        Arc::new(Named(ToolSpec {
+        Arc::new(Named(Arc::new(ToolSpec {
             name: name.into(),
             server: None,
             description: String::new(),
             parameters: serde_json::json!({"type": "object"}),
             read_only: true,
-        }))
+        })))
     }
 
     fn names(tools: &[Arc<dyn Tool>]) -> Vec<String> {

@@ -11,27 +11,27 @@ use toolwire_tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, Too
 /// A tool that answers with its arguments, after `delay`, noticing
 /// cancellation.
 pub struct EchoTool {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
     delay: Duration,
 }
 
 /// An [`EchoTool`] named `name`.
 pub fn echo_tool(name: &str, delay: Duration) -> Arc<dyn Tool> {
     Arc::new(EchoTool {
-        spec: ToolSpec {
+        spec: Arc::new(ToolSpec {
             name: name.into(),
             server: None,
             description: format!("{name}: echoes its arguments"),
             parameters: json!({"type": "object"}),
             read_only: true,
-        },
+        }),
         delay,
     })
 }
 
 #[async_trait]
 impl Tool for EchoTool {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 

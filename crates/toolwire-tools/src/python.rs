@@ -301,12 +301,8 @@ impl PythonTool {
 
 #[async_trait]
 impl Tool for PythonTool {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
-    }
-
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

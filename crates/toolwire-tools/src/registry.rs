@@ -87,7 +87,10 @@ impl ToolRegistry {
     /// to the next), with the precedence of [`get`](Self::get). Shared,
     /// not copied: a model request is made of them at every step.
     pub fn specs(&self) -> Vec<Arc<ToolSpec>> {
-        self.current().iter().map(|t| t.shared_spec()).collect()
+        self.current()
+            .iter()
+            .map(|t| Arc::clone(t.spec()))
+            .collect()
     }
 }
 
@@ -101,11 +104,11 @@ mod tests {
     use super::*;
     use crate::{ToolContext, ToolError, ToolOutput};
 
-    struct Named(ToolSpec);
+    struct Named(Arc<ToolSpec>);
 
     #[async_trait]
     impl Tool for Named {
-        fn spec(&self) -> &ToolSpec {
+        fn spec(&self) -> &Arc<ToolSpec> {
             &self.0
         }
 
@@ -115,13 +118,13 @@ mod tests {
     }
 
     fn tool(name: &str, from: &str) -> Arc<dyn Tool> {
-        Arc::new(Named(ToolSpec {
+        Arc::new(Named(Arc::new(ToolSpec {
             name: name.to_owned(),
             server: None,
             description: from.to_owned(),
             parameters: serde_json::json!({"type": "object"}),
             read_only: true,
-        }))
+        })))
     }
 
     /// A source whose list the test changes, as a server's list changes.

@@ -270,13 +270,9 @@ impl ToolContext {
 /// A tool the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn spec(&self) -> &ToolSpec;
-    /// The spec, shared: every model request lists the tools' specs, so a
-    /// tool that keeps its spec in an `Arc` hands that out rather than a
-    /// copy of its schema (the default copies).
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::new(self.spec().clone())
-    }
+    /// The tool's spec, shared: every model request lists the tools'
+    /// specs, and an `Arc` lets each list them without copying a schema.
+    fn spec(&self) -> &Arc<ToolSpec>;
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 }
 

@@ -467,12 +467,12 @@ pub(crate) async fn reconnect_all(state: &AppState) {
 /// A server's tool under the name the server gives it.
 struct Renamed {
     inner: Arc<dyn Tool>,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 #[async_trait::async_trait]
 impl Tool for Renamed {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
     }
 
@@ -509,10 +509,10 @@ impl ToolSource for AttachedTools {
                 if !self.names.contains(&name) {
                     return None;
                 }
-                let spec = ToolSpec {
+                let spec = Arc::new(ToolSpec {
                     name,
-                    ..tool.spec().clone()
-                };
+                    ..ToolSpec::clone(tool.spec())
+                });
                 Some(Arc::new(Renamed { inner: tool, spec }) as Arc<dyn Tool>)
             })
             .collect()

@@ -48,12 +48,8 @@ impl ApplyDiff {
 
 #[async_trait]
 impl Tool for ApplyDiff {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
-    }
-
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

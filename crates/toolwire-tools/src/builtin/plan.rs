@@ -162,12 +162,8 @@ impl UpdatePlan {
 
 #[async_trait]
 impl Tool for UpdatePlan {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
-    }
-
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {

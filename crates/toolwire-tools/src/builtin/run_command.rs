@@ -100,12 +100,8 @@ impl RunCommand {
 
 #[async_trait]
 impl Tool for RunCommand {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
-    }
-
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -75,12 +75,8 @@ impl Search {
 
 #[async_trait]
 impl Tool for Search {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.spec
-    }
-
-    fn shared_spec(&self) -> Arc<ToolSpec> {
-        Arc::clone(&self.spec)
     }
 
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
