@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 
 /// The committed schema the Python suite checks against too.
-const SCHEMA: &str = include_str!("../acp_python/schema/acp-v1-schema-1.17.0-unstable.json");
+const SCHEMA: &str = include_str!("../acp_python/schema/acp-v1-schema-1.21.0-unstable.json");
 
 /// The parsed schema, its definitions by (x-side, x-method, kind), and the
 /// validators compiled so far.
@@ -362,4 +362,36 @@ where
     });
 
     (client_out, client_in, check)
+}
+
+/// The check itself, on lines written by hand: what the committed schema
+/// allows passes, and each thing it does not is reported by method.
+#[test]
+fn the_check_refuses_what_the_schema_refuses() {
+    let check = WireCheck::default();
+    check.client_line(br#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{}}"#);
+    let good = [
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"completed"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
+    ];
+    for line in good {
+        check.agent_line(line.as_bytes());
+    }
+    assert_eq!(check.problems(), Vec::<String>::new());
+    let bad = [
+        // No such status.
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"done"}}}"#,
+        // A tool call without its id.
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","title":"Read"}}}"#,
+        // A method the client does not handle.
+        r#"{"jsonrpc":"2.0","method":"session/teleport","params":{}}"#,
+    ];
+    for line in bad {
+        check.agent_line(line.as_bytes());
+    }
+    let problems = check.problems();
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(problems[0].contains("session/update"), "{}", problems[0]);
+    assert!(problems[2].contains("session/teleport"), "{}", problems[2]);
+    assert_eq!(check.checked(), 5);
 }

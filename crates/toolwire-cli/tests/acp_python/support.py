@@ -35,7 +35,7 @@ from acp.schema import (
 )
 
 HERE = Path(__file__).resolve().parent
-SCHEMA_FILE = HERE / "schema" / "acp-v1-schema-1.17.0-unstable.json"
+SCHEMA_FILE = HERE / "schema" / "acp-v1-schema-1.21.0-unstable.json"
 
 # Generous bounds: a slow machine must not fail a test, a hung agent must.
 TIMEOUT = 60.0
