@@ -1,5 +1,6 @@
 //! The session lifecycle beyond new/load: `session/list`,
 //! `session/resume` (load without the replay), `session/close`,
+//! `session/delete` (out of the history),
 //! `session/fork` (the tree's fork at the session's active leaf) and
 //! `session/set_mode`. What they read is stored (`sessions.rs`), so a
 //! session made by one agent process is listed, loaded and resumed by
@@ -8,8 +9,9 @@
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::schema::{
     CloseSessionRequest, CloseSessionResponse, ConfigOptionUpdate, CurrentModeUpdate,
-    ForkSessionRequest, ForkSessionResponse, ListSessionsRequest, ListSessionsResponse,
-    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    DeleteSessionRequest, DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse,
+    ListSessionsRequest, ListSessionsResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SessionCapabilities, SessionCloseCapabilities, SessionDeleteCapabilities,
     SessionForkCapabilities, SessionId, SessionListCapabilities, SessionModeId,
     SessionNotification, SessionResumeCapabilities, SessionUpdate, SetSessionModeRequest,
     SetSessionModeResponse,
@@ -28,6 +30,7 @@ pub(crate) fn capabilities() -> SessionCapabilities {
         .list(SessionListCapabilities::new())
         .resume(SessionResumeCapabilities::new())
         .close(SessionCloseCapabilities::new())
+        .delete(SessionDeleteCapabilities::new())
         .fork(SessionForkCapabilities::new())
 }
 
@@ -95,27 +98,66 @@ impl AcpAgent {
         responder: Responder<CloseSessionResponse>,
     ) -> AcpResult {
         let id = &request.session_id;
-        let open = self.sessions.lock().ok().and_then(|mut s| s.remove(&id.0));
-        let parked = self.parked.lock().ok().and_then(|mut p| p.remove(&id.0));
-        match (open, parked) {
-            (Some(session), _) => {
-                session
-                    .cancelled
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                self.engine.cancel(session.conversation);
-                self.engine
-                    .forget_conversation_options(session.conversation);
-            }
-            (None, Some(_)) => {}
-            (None, None) => {
-                return responder.respond_with_error(invalid_params(format!(
-                    "unknown session `{}`: it is not open in this agent",
-                    id.0
-                )));
-            }
+        if !self.close(id) {
+            return responder.respond_with_error(invalid_params(format!(
+                "unknown session `{}`: it is not open in this agent",
+                id.0
+            )));
         }
         tracing::info!(session = %id.0, "ACP session/close");
         responder.respond(CloseSessionResponse::new())
+    }
+
+    /// Closes session `id` if this agent has it open (or parked): its
+    /// prompt is cancelled, its tools and options dropped. Says whether
+    /// it had.
+    fn close(&self, id: &SessionId) -> bool {
+        let open = self.sessions.lock().ok().and_then(|mut s| s.remove(&id.0));
+        let parked = self.parked.lock().ok().and_then(|mut p| p.remove(&id.0));
+        if let Some(session) = &open {
+            session
+                .cancelled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.engine.cancel(session.conversation);
+            self.engine
+                .forget_conversation_options(session.conversation);
+        }
+        open.is_some() || parked.is_some()
+    }
+
+    /// `session/delete`: the session leaves the history (closed first if
+    /// open here). It is no longer listed, loaded, resumed or forked, by
+    /// this agent or another on the database; its conversation stays
+    /// stored, as every conversation does (the HTTP API and the live view
+    /// still show it).
+    pub(crate) async fn delete_session(
+        &self,
+        request: DeleteSessionRequest,
+        responder: Responder<DeleteSessionResponse>,
+    ) -> AcpResult {
+        let id = &request.session_id;
+        let (conversation, record) = match sessions::stored(&self.engine, id).await {
+            Ok((conversation, Some(record))) => (conversation.id, record),
+            Ok((_, None)) => {
+                return responder.respond_with_error(invalid_params(format!(
+                    "unknown session `{}`: no editor session has it in its history",
+                    id.0
+                )));
+            }
+            Err(e) => return responder.respond_with_error(e),
+        };
+        self.close(id);
+        sessions::save(
+            &self.engine,
+            conversation,
+            &sessions::SessionRecord {
+                deleted: true,
+                ..record
+            },
+        )
+        .await;
+        tracing::info!(session = %id.0, "ACP session/delete");
+        responder.respond(DeleteSessionResponse::new())
     }
 
     /// `session/fork`: a new session holding the path to the session's
@@ -153,19 +195,8 @@ impl AcpAgent {
         cx: &ConnectionTo<Client>,
     ) -> Result<(SessionId, SessionMode), agent_client_protocol::Error> {
         self.check_key()?;
-        let unknown = || invalid_params(format!("unknown session `{}`", source.0));
-        let from = source
-            .0
-            .parse::<toolwire_core::ConversationId>()
-            .map_err(|_| unknown())?;
-        let leaf = self
-            .engine
-            .store()
-            .conversation(from)
-            .await
-            .map_err(|_| unknown())?
-            .active_leaf;
-        let forked = match self.engine.fork(leaf).await {
+        let (from, source) = sessions::stored(&self.engine, source).await?;
+        let forked = match self.engine.fork(from.active_leaf).await {
             Ok(c) => c,
             Err(EngineError::TurnInProgress(_)) => {
                 return Err(invalid_params(
@@ -174,8 +205,9 @@ impl AcpAgent {
             }
             Err(e) => return Err(internal(e)),
         };
-        let mode = sessions::load(&self.engine, from)
-            .await
+        let from = from.id;
+        let mode = source
+            .as_ref()
             .map_or(self.settings.default_mode, |r| r.mode);
         if let Ok(Some(model)) = self.engine.chosen_model(from).await
             && let Err(e) = self.engine.choose_model(forked.id, Some(&model)).await
@@ -184,7 +216,6 @@ impl AcpAgent {
         }
         let id = SessionId::new(forked.id.to_string());
         let tools = self.tools_for(cwd, mcp_servers, &id, cx, mode).await?;
-        let source = sessions::load(&self.engine, from).await;
         sessions::save(
             &self.engine,
             forked.id,

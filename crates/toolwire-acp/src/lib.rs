@@ -25,7 +25,7 @@
 //! (`modes.rs`) decides what asks and which sandbox its commands run
 //! under; its config options are `config.rs`; what is kept beside the
 //! conversation for `session/list` and for other agent processes,
-//! `sessions.rs`; list/resume/close/fork/set_mode, `history.rs`; slash
+//! `sessions.rs`; list/resume/close/delete/fork/set_mode, `history.rs`; slash
 //! commands, `commands.rs`; the missing-key authentication method,
 //! `auth.rs`.
 //!
@@ -73,11 +73,11 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest,
-    ForkSessionRequest, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest,
-    SessionId, SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
-    SetSessionModeRequest, StopReason,
+    DeleteSessionRequest, ForkSessionRequest, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    ResumeSessionRequest, SessionId, SessionNotification, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -327,6 +327,15 @@ pub async fn serve(
                 let agent = agent.clone();
                 async move |request: CloseSessionRequest, responder, _cx| {
                     agent.close_session(request, responder)
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: DeleteSessionRequest, responder, _cx| {
+                    agent.delete_session(request, responder).await
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -807,12 +816,11 @@ impl AcpAgent {
                 id.0
             ))
         };
-        let parked = self
-            .parked
-            .lock()
-            .ok()
-            .and_then(|mut p| p.remove(&id.0))
-            .ok_or_else(unknown)?;
+        let Some(parked) = self.parked.lock().ok().and_then(|mut p| p.remove(&id.0)) else {
+            // A session deleted from the history is named as such.
+            sessions::stored(&self.engine, id).await?;
+            return Err(unknown());
+        };
         let conversation = id.0.parse::<ConversationId>().map_err(|_| unknown())?;
         let tools = match self
             .tools_for(&parked.cwd, &parked.mcp_servers, id, cx, parked.mode)
@@ -995,15 +1003,9 @@ impl AcpAgent {
     ) -> Result<(SessionId, Vec<toolwire_core::Message>, SessionMode), agent_client_protocol::Error>
     {
         self.check_key()?;
-        let unknown = || invalid_params(format!("unknown session `{}`", session_id.0));
-        let conversation = session_id
-            .0
-            .parse::<ConversationId>()
-            .map_err(|_| unknown())?;
+        let (conversation, stored) = sessions::stored(&self.engine, session_id).await?;
+        let conversation = conversation.id;
         let store = self.engine.store();
-        if store.conversation(conversation).await.is_err() {
-            return Err(unknown());
-        }
         if self.session(session_id).is_some_and(|s| s.is_prompting()) {
             return Err(invalid_params(
                 "a prompt is running in this session: wait for its answer, or cancel it",
@@ -1025,7 +1027,6 @@ impl AcpAgent {
             Ok(c) => store.path_to(c.active_leaf).await.map_err(internal)?,
             Err(e) => return Err(invalid_params(format!("session: {e}"))),
         };
-        let stored = sessions::load(&self.engine, conversation).await;
         let mode = stored
             .as_ref()
             .map_or(self.settings.default_mode, |r| r.mode);

@@ -6,13 +6,16 @@
 //!
 //! `session/list` reads these records: newest first, filtered by cwd when
 //! asked, [`PAGE`] a page; the cursor is the last session id of the page
-//! before.
+//! before. `session/delete` marks a record deleted rather than removing
+//! it: a conversation without a record (made by another door) can still
+//! be opened by id, a deleted one cannot, and a process that still has
+//! it open does not list it again by storing its record.
 
 use std::path::{Path, PathBuf};
 
-use agent_client_protocol::v1::schema::{ListSessionsResponse, SessionInfo};
+use agent_client_protocol::v1::schema::{ListSessionsResponse, SessionId, SessionInfo};
 use serde::{Deserialize, Serialize};
-use toolwire_core::ConversationId;
+use toolwire_core::{Conversation, ConversationId};
 use toolwire_engine::Engine;
 
 use crate::errors::{internal, invalid_params};
@@ -40,6 +43,10 @@ pub(crate) struct SessionRecord {
     /// The reasoning effort chosen (`None`: the provider's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<toolwire_providers::ReasoningEffort>,
+    /// Deleted from the history (`session/delete`): not listed, opened or
+    /// forked again. Its conversation stays stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl SessionRecord {
@@ -49,8 +56,33 @@ impl SessionRecord {
             mode,
             title: None,
             reasoning_effort: None,
+            deleted: false,
         }
     }
+}
+
+/// Stored session `id`: its conversation, and its record (none for a
+/// conversation another door made). An id naming no conversation, or a
+/// session deleted from the history, is an error naming it.
+pub(crate) async fn stored(
+    engine: &Engine,
+    id: &SessionId,
+) -> Result<(Conversation, Option<SessionRecord>), agent_client_protocol::Error> {
+    let unknown = || invalid_params(format!("unknown session `{}`", id.0));
+    let conversation = id.0.parse::<ConversationId>().map_err(|_| unknown())?;
+    let conversation = engine
+        .store()
+        .conversation(conversation)
+        .await
+        .map_err(|_| unknown())?;
+    let record = load(engine, conversation.id).await;
+    if record.as_ref().is_some_and(|r| r.deleted) {
+        return Err(invalid_params(format!(
+            "session `{}` was deleted from the history (session/delete)",
+            id.0
+        )));
+    }
+    Ok((conversation, record))
 }
 
 /// Changes the record of `conversation` (made in `cwd` and `mode` when it
@@ -167,7 +199,7 @@ pub(crate) async fn list(
             let conversation = doc.id.parse::<ConversationId>().ok()?;
             Some((doc.updated_at, conversation, record))
         })
-        .filter(|(_, _, record)| cwd.is_none_or(|cwd| record.cwd == cwd))
+        .filter(|(_, _, record)| !record.deleted && cwd.is_none_or(|cwd| record.cwd == cwd))
         .collect();
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
     let start = match cursor {
@@ -238,14 +270,18 @@ mod tests {
             mode: SessionMode::AcceptEdits,
             title: Some("t".into()),
             reasoning_effort: Some(toolwire_providers::ReasoningEffort::High),
+            deleted: false,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json["mode"], "accept-edits");
+        // Only a deleted record says so.
+        assert!(json.get("deleted").is_none(), "{json}");
         assert_eq!(
             serde_json::from_value::<SessionRecord>(json).unwrap(),
             record
         );
         let old: SessionRecord = serde_json::from_value(serde_json::json!({"cwd": "/w"})).unwrap();
         assert_eq!(old.mode, SessionMode::Ask);
+        assert!(!old.deleted);
     }
 }

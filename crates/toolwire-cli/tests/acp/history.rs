@@ -1,11 +1,11 @@
 //! The session history: `session/list` (title, cwd, update time; paged;
-//! by cwd), `session/resume` (no replay), `session/close` and
-//! `session/fork`, across two agent processes on one database; and the
-//! errors for what is not there.
+//! by cwd), `session/resume` (no replay), `session/close`,
+//! `session/delete` and `session/fork`, across two agent processes on one
+//! database; and the errors for what is not there.
 
 use agent_client_protocol::v1::schema::{
-    CloseSessionRequest, ForkSessionRequest, ListSessionsRequest, ResumeSessionRequest,
-    SessionInfo, SetSessionModeRequest,
+    CloseSessionRequest, DeleteSessionRequest, ForkSessionRequest, ListSessionsRequest,
+    ResumeSessionRequest, SessionInfo, SetSessionModeRequest,
 };
 
 use super::*;
@@ -235,6 +235,95 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
             && replayed.ends_with("in the fork"),
         "{replayed}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_session_leaves_the_history_of_every_process() {
+    let dirs = Dirs::new();
+    let script = write_file(dirs.home(), "answer.yaml", ANSWER);
+    let args = scripted_args(&script, &dirs.db());
+    let ids = |sessions: &[SessionInfo]| -> Vec<SessionId> {
+        sessions.iter().map(|s| s.session_id.clone()).collect()
+    };
+
+    // Process A deletes a session it has open; the other stays usable.
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let (kept, deleted, listed, errors) = editor
+        .run_within(120, transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let kept = new_session(&cx, cwd.clone()).await?;
+            prompt(&cx, &kept, "keep me").await?;
+            let deleted = new_session(&cx, cwd.clone()).await?;
+            prompt(&cx, &deleted, "delete me").await?;
+            cx.send_request(DeleteSessionRequest::new(deleted.clone()))
+                .block_task()
+                .await?;
+            let (listed, _) = list_all(&cx, None).await?;
+            let mut errors = Vec::new();
+            errors.push(prompt(&cx, &deleted, "still here?").await.unwrap_err());
+            errors.push(load_session(&cx, &deleted, cwd.clone()).await.unwrap_err());
+            for id in [deleted.clone(), SessionId::new("no-such-session")] {
+                errors.push(
+                    cx.send_request(DeleteSessionRequest::new(id))
+                        .block_task()
+                        .await
+                        .unwrap_err(),
+                );
+            }
+            assert_eq!(
+                prompt(&cx, &kept, "still usable").await?,
+                StopReason::EndTurn
+            );
+            Ok((kept, deleted, listed, errors))
+        })
+        .await;
+    drop(child);
+    assert_eq!(ids(&listed), std::slice::from_ref(&kept));
+    let gone = format!("`{}` was deleted", deleted.0);
+    for e in &errors[..3] {
+        assert!(data(e).contains(&gone), "{e:?}");
+    }
+    assert!(
+        data(&errors[3]).contains("`no-such-session`"),
+        "{:?}",
+        errors[3]
+    );
+
+    // Process B, same database: does not list, resume or fork it either,
+    // and deletes the other.
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let (s1, s2) = (kept.clone(), deleted.clone());
+    let (before, after, errors) = editor
+        .run_within(120, transport, async move |cx: ConnectionTo<Agent>| {
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let (before, _) = list_all(&cx, None).await?;
+            let errors = [
+                cx.send_request(ResumeSessionRequest::new(s2.clone(), cwd.clone()))
+                    .block_task()
+                    .await
+                    .unwrap_err(),
+                cx.send_request(ForkSessionRequest::new(s2.clone(), cwd.clone()))
+                    .block_task()
+                    .await
+                    .unwrap_err(),
+            ];
+            cx.send_request(DeleteSessionRequest::new(s1))
+                .block_task()
+                .await?;
+            let (after, _) = list_all(&cx, None).await?;
+            Ok((before, after, errors))
+        })
+        .await;
+    drop(child);
+    assert_eq!(ids(&before), [kept]);
+    for e in &errors {
+        assert!(data(e).contains(&gone), "{e:?}");
+    }
+    assert_eq!(after, []);
 }
 
 /// A request and its answer (an unknown session's close), after which the

@@ -1,9 +1,13 @@
 """The session history: session/list (title, cwd, update time; by cwd),
-session/resume (no replay), session/close and session/fork, across agent
-processes on one database; unknown ids are errors naming them."""
+session/resume (no replay), session/close, session/delete and
+session/fork, across agent processes on one database; unknown ids are
+errors naming them."""
 
 import pytest
 from acp import RequestError
+from acp.meta import AGENT_METHODS
+from acp.schema import DeleteSessionRequest, DeleteSessionResponse
+from acp.utils import request_model_from_dict
 
 from support import RecordingClient
 
@@ -81,3 +85,48 @@ def test_sessions_are_listed_resumed_forked_and_closed_by_another_process(acp, t
     acp.run(third_process())
     said = [u.content.text for u in client.session_updates("user_message_chunk")]
     assert said == ["fix the parser\nthen the lexer", "resumed"], said
+
+
+async def delete_session(agent, session_id):
+    """session/delete: the SDK (0.12.1) has its types and method name but
+    no call of its own, so it is sent the way the SDK sends the others."""
+    return await agent.call(request_model_from_dict(
+        agent.conn._conn, AGENT_METHODS["session_delete"],
+        DeleteSessionRequest(session_id=session_id), DeleteSessionResponse))
+
+
+def test_a_deleted_session_is_gone_from_every_process_history(acp):
+    async def first_process():
+        async with acp.agent("answer.yaml") as agent:
+            init = await agent.initialize()
+            assert init.agent_capabilities.session_capabilities.delete is not None
+            kept = await agent.new_session(acp.project)
+            await agent.prompt(kept, "keep me")
+            deleted = await agent.new_session(acp.project)
+            await agent.prompt(deleted, "delete me")
+            await delete_session(agent, deleted)
+            listed = await agent.call(agent.conn.list_sessions())
+            with pytest.raises(RequestError) as load_deleted:
+                await agent.call(agent.conn.load_session(
+                    cwd=str(acp.project), session_id=deleted, mcp_servers=[]))
+            with pytest.raises(RequestError) as unknown:
+                await delete_session(agent, "no-such-session")
+            return kept, deleted, listed, load_deleted.value, unknown.value
+
+    kept, deleted, listed, load_deleted, unknown = acp.run(first_process())
+    assert [s.session_id for s in listed.sessions] == [kept]
+    assert f"`{deleted}` was deleted" in str(load_deleted.data)
+    assert "`no-such-session`" in str(unknown.data)
+
+    async def second_process():
+        async with acp.agent("answer.yaml") as agent:
+            await agent.initialize()
+            listed = await agent.call(agent.conn.list_sessions())
+            with pytest.raises(RequestError) as resume_deleted:
+                await agent.call(agent.conn.resume_session(
+                    session_id=deleted, cwd=str(acp.project), mcp_servers=[]))
+            return listed, resume_deleted.value
+
+    listed, resume_deleted = acp.run(second_process())
+    assert [s.session_id for s in listed.sessions] == [kept]
+    assert f"`{deleted}` was deleted" in str(resume_deleted.data)
