@@ -41,6 +41,9 @@
 //!   OpenAI-compatible mock model over loopback, N agents x M plain
 //!   messages through the Letta messages route; prints CPU per message,
 //!   throughput and latency (see `plain_load.rs`).
+//! * `runs-list`: `GET /v1/runs` on the real `toolwire serve` with
+//!   thousands of runs stored, each build alternately on one database
+//!   (see `runs_list.rs`).
 //! * `slowloris`: N connections sending headers a byte at a time; reports
 //!   when the server closed them and whether ordinary requests still get
 //!   through (see `slowloris.rs`).
@@ -52,6 +55,7 @@ mod cluster_load;
 mod load_client;
 mod plain_load;
 mod run_resume;
+mod runs_list;
 mod scratch_db;
 mod serve_load;
 mod shutdown_load;
@@ -243,6 +247,23 @@ enum Command {
         /// Full replays of the finished run to time.
         #[arg(long, default_value_t = 20)]
         replays: usize,
+    },
+    /// `GET /v1/runs` with many runs stored: a page of all, one agent's,
+    /// and one agent's of a status, each build alternately.
+    RunsList {
+        /// toolwire binaries to compare (repeat the flag; default:
+        /// `toolwire` next to this one).
+        #[arg(long)]
+        toolwire: Vec<std::path::PathBuf>,
+        /// Runs of the busy agent (one plain message each).
+        #[arg(long, default_value_t = 2_000)]
+        runs: usize,
+        /// Rounds, each binary once per round.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Requests of each list per binary per round.
+        #[arg(long, default_value_t = 10)]
+        requests: usize,
     },
     /// Server CPU per answered message: `toolwire serve` (and Kelpie) with
     /// an OpenAI-compatible mock model, N agents x M plain messages.
@@ -448,6 +469,20 @@ async fn main() -> Result<()> {
                 events,
                 delay_ms,
                 replays,
+            })
+            .await
+        }
+        Command::RunsList {
+            toolwire,
+            runs,
+            rounds,
+            requests,
+        } => {
+            runs_list::runs_list(runs_list::Options {
+                toolwire,
+                runs,
+                rounds,
+                requests,
             })
             .await
         }

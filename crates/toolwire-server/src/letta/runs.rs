@@ -253,11 +253,9 @@ pub async fn last_stop_reason(state: &AppState, agent_id: &str) -> ApiResult<Opt
     else {
         return Ok(None);
     };
-    match state.store().run(run).await {
-        Ok(record) => Ok(record.stop_reason.map(render::stop_reason)),
-        Err(toolwire_store::StoreError::RunNotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(stored_run(state, run)
+        .await?
+        .and_then(|record| record.stop_reason.map(render::stop_reason)))
 }
 
 /// The agent's open pause as Letta's `pending_approval`: the
@@ -393,6 +391,11 @@ pub async fn list(
         .conversation_id
         .as_deref()
         .map(|c| c.strip_prefix("conv-").unwrap_or(c).to_owned());
+    // The records' own fields filter first; a run's stored record is read
+    // only where a filter needs it (its status, its stop reason) and for
+    // the runs the page shows, so a page costs what it shows, not every
+    // run ever started.
+    let by_record = !statuses.is_empty() || query.stop_reason.is_some();
     let mut runs = Vec::new();
     for stored in state.store().documents(KIND).await? {
         let Ok(doc) = serde_json::from_value::<RunDoc>(stored.body) else {
@@ -410,33 +413,51 @@ pub async fn list(
         {
             continue;
         }
-        let record = match state.store().run(doc.run_id).await {
-            Ok(record) => record,
-            Err(toolwire_store::StoreError::RunNotFound(_)) => continue,
-            Err(e) => return Err(e.into()),
+        let record = if by_record {
+            let Some(record) = stored_run(&state, doc.run_id).await? else {
+                continue;
+            };
+            if !statuses.is_empty() && !statuses.contains(status(&record)) {
+                continue;
+            }
+            if let Some(want) = &query.stop_reason
+                && record.stop_reason.map(render::stop_reason) != Some(want.as_str())
+            {
+                continue;
+            }
+            Some(record)
+        } else {
+            None
         };
-        if !statuses.is_empty() && !statuses.contains(status(&record)) {
-            continue;
-        }
-        if let Some(want) = &query.stop_reason
-            && record.stop_reason.map(render::stop_reason) != Some(want.as_str())
-        {
-            continue;
-        }
-        runs.push(run_json(&state, &record, Some(&doc)).await?);
+        runs.push((render::run_id(doc.run_id), doc, record));
     }
     let default = if query.ascending == Some(true) {
         Order::Asc
     } else {
         Order::Desc
     };
-    let page = query.page.page(
-        runs,
-        |r| r.get("id").and_then(Value::as_str).unwrap_or(""),
-        default,
-        100,
-    )?;
-    Ok(Json(page))
+    let page = query.page.page(runs, |(id, _, _)| id, default, 100)?;
+    let mut shown = Vec::with_capacity(page.len());
+    for (_, doc, record) in page {
+        let record = match record {
+            Some(record) => record,
+            None => match stored_run(&state, doc.run_id).await? {
+                Some(record) => record,
+                None => continue,
+            },
+        };
+        shown.push(run_json(&state, &record, Some(&doc)).await?);
+    }
+    Ok(Json(shown))
+}
+
+/// Run `id`'s stored record; `None` when the store has none.
+async fn stored_run(state: &AppState, id: RunId) -> ApiResult<Option<RunRecord>> {
+    match state.store().run(id).await {
+        Ok(record) => Ok(Some(record)),
+        Err(toolwire_store::StoreError::RunNotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `GET /v1/runs/{id}`.

@@ -316,3 +316,27 @@ def test_an_answer_sent_again_after_its_run_was_cancelled_goes_on(serve):
     # Once it answered, the same answer again runs nothing.
     third = client.agents.messages.create(agent.id, messages=[answer], client_tools=[tool])
     assert third.messages == []
+
+
+def test_runs_are_listed_a_page_at_a_time(serve):
+    client = serve("plain.yaml").client()
+    _, agent = make_agent(client)
+    other = client.agents.create(name="other", model="openai/gpt-4o-mini", include_base_tools=False)
+    for i in range(5):
+        client.agents.messages.create(agent.id, input=f"message {i}")
+    client.agents.messages.create(other.id, input="elsewhere")
+    mine = [r.id for r in client.runs.list(agent_id=agent.id).items]
+    assert len(mine) == 5
+    # Newest first by default: the first page, then the next after it.
+    first = client.runs.list(agent_id=agent.id, limit=2).items
+    assert [r.id for r in first] == mine[:2]
+    rest = client.runs.list(agent_id=agent.id, limit=2, after=first[-1].id).items
+    assert [r.id for r in rest] == mine[2:4]
+    oldest = client.runs.list(agent_id=agent.id, limit=2, ascending=True).items
+    assert [r.id for r in oldest] == mine[::-1][:2]
+    # A filter on the stored run (its status) pages the same way.
+    done = client.runs.list(agent_id=agent.id, statuses=["completed"], limit=3).items
+    assert [r.id for r in done] == mine[:3]
+    assert all(r.status == "completed" and r.agent_id == agent.id for r in done)
+    everyone = client.runs.list(limit=10).items
+    assert len(everyone) == 6 and everyone[0].agent_id == other.id
