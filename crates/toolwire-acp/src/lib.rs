@@ -1160,6 +1160,16 @@ impl AcpAgent {
                 Err(e) => return responder.respond_with_error(e),
             };
             let has_images = prompt::has_images(&content);
+            // How a prompt whose words joined a running turn ends once
+            // that turn is over: cancelled if the editor cancelled since
+            // the prompt came, else end_turn.
+            let ended_as = |session: &Session| {
+                if session.cancels.load(Ordering::SeqCst) == cancels {
+                    StopReason::EndTurn
+                } else {
+                    StopReason::Cancelled
+                }
+            };
             let mut start = session::Start::Send(content);
             // The session's turn, when taken while words waited for it.
             let mut held = None;
@@ -1170,12 +1180,7 @@ impl AcpAgent {
                         session.interjected.fetch_add(1, Ordering::SeqCst);
                         // Answered once the turn that reads it has ended.
                         let _ended = session.turns.clone().lock_owned().await;
-                        let stop = if session.cancels.load(Ordering::SeqCst) == cancels {
-                            StopReason::EndTurn
-                        } else {
-                            StopReason::Cancelled
-                        };
-                        return responder.respond(PromptResponse::new(stop));
+                        return responder.respond(PromptResponse::new(ended_as(&session)));
                     }
                     // The turn ended meanwhile: the words started the next.
                     Ok(toolwire_engine::Interjection::Started(handle)) => {
@@ -1192,12 +1197,7 @@ impl AcpAgent {
                         let turn = session.turns.clone().lock_owned().await;
                         session.waiting.fetch_sub(1, Ordering::SeqCst);
                         if !session.late_words.withdraw(ticket) {
-                            let stop = if session.cancels.load(Ordering::SeqCst) == cancels {
-                                StopReason::EndTurn
-                            } else {
-                                StopReason::Cancelled
-                            };
-                            return responder.respond(PromptResponse::new(stop));
+                            return responder.respond(PromptResponse::new(ended_as(&session)));
                         }
                         // Never handed over (the turn was cancelled, or did
                         // not go on): a prompt of its own, as if queued.
