@@ -265,7 +265,9 @@ impl AcpAgent {
             }
             Some(Builtin::Fork) => {
                 let mcp_servers = session.mcp_servers.to_vec();
-                let (forked, _) = self.fork(id, &session.cwd, &mcp_servers, cx).await?;
+                let (forked, _) = self
+                    .fork(id, &session.cwd, &session.additional, &mcp_servers, cx)
+                    .await?;
                 tracing::info!(session = %id.0, fork = %forked.0, "ACP /fork");
                 say(
                     cx,

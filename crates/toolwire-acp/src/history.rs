@@ -11,10 +11,10 @@ use agent_client_protocol::v1::schema::{
     CloseSessionRequest, CloseSessionResponse, ConfigOptionUpdate, CurrentModeUpdate,
     DeleteSessionRequest, DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse,
     ListSessionsRequest, ListSessionsResponse, ResumeSessionRequest, ResumeSessionResponse,
-    SessionCapabilities, SessionCloseCapabilities, SessionDeleteCapabilities,
-    SessionForkCapabilities, SessionId, SessionListCapabilities, SessionModeId,
-    SessionNotification, SessionResumeCapabilities, SessionUpdate, SetSessionModeRequest,
-    SetSessionModeResponse,
+    SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionForkCapabilities, SessionId, SessionListCapabilities,
+    SessionModeId, SessionNotification, SessionResumeCapabilities, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use toolwire_core::TrackerMetrics;
@@ -30,6 +30,7 @@ pub(crate) fn capabilities() -> SessionCapabilities {
         .list(SessionListCapabilities::new())
         .resume(SessionResumeCapabilities::new())
         .close(SessionCloseCapabilities::new())
+        .additional_directories(SessionAdditionalDirectoriesCapabilities::new())
         .delete(SessionDeleteCapabilities::new())
         .fork(SessionForkCapabilities::new())
 }
@@ -74,7 +75,13 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         let (id, _branch, mode) = match self
-            .open_stored(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
+            .open_stored(
+                &request.session_id,
+                &request.cwd,
+                &request.additional_directories,
+                &request.mcp_servers,
+                &cx,
+            )
             .await
         {
             Ok(opened) => opened,
@@ -170,7 +177,13 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         match self
-            .fork(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
+            .fork(
+                &request.session_id,
+                &request.cwd,
+                &request.additional_directories,
+                &request.mcp_servers,
+                &cx,
+            )
             .await
         {
             Ok((id, mode)) => {
@@ -191,6 +204,7 @@ impl AcpAgent {
         &self,
         source: &SessionId,
         cwd: &std::path::Path,
+        additional: &[std::path::PathBuf],
         mcp_servers: &[agent_client_protocol::v1::schema::McpServer],
         cx: &ConnectionTo<Client>,
     ) -> Result<(SessionId, SessionMode), agent_client_protocol::Error> {
@@ -215,7 +229,9 @@ impl AcpAgent {
             tracing::warn!(error = %e, "the fork keeps the default model");
         }
         let id = SessionId::new(forked.id.to_string());
-        let tools = self.tools_for(cwd, mcp_servers, &id, cx, mode).await?;
+        let tools = self
+            .tools_for(cwd, additional, mcp_servers, &id, cx, mode)
+            .await?;
         sessions::save(
             &self.engine,
             forked.id,

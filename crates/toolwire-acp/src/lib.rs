@@ -25,7 +25,8 @@
 //! (`modes.rs`) decides what asks and which sandbox its commands run
 //! under; its config options are `config.rs`; what is kept beside the
 //! conversation for `session/list` and for other agent processes,
-//! `sessions.rs`; list/resume/close/delete/fork/set_mode, `history.rs`; slash
+//! `sessions.rs`; list/resume/close/delete/fork/set_mode, `history.rs`; an
+//! editor's other project folders named to the model, `roots.rs`; slash
 //! commands, `commands.rs`; the missing-key authentication method,
 //! `auth.rs`.
 //!
@@ -56,6 +57,7 @@ mod notify;
 mod permissions;
 mod policy;
 mod prompt;
+mod roots;
 mod session;
 mod sessions;
 mod state;
@@ -387,6 +389,8 @@ pub async fn serve(
 /// A session's tools, and the editor side of those that go through it.
 struct SessionTools {
     tools: ToolRegistry,
+    /// The editor's other roots the built-in tools reach.
+    additional: Arc<[PathBuf]>,
     /// What the built-in tools wrote, for the session's file watcher.
     own_writes: Arc<OwnWrites>,
     terminals: terminal::Terminals,
@@ -424,9 +428,23 @@ struct AcpAgent {
     waiting_prompts: Arc<Mutex<HashMap<Arc<str>, bool>>>,
 }
 
+/// The built-in tools' workspace of a session: its cwd, and the editor's
+/// other roots of the project (`additionalDirectories`); a bad one is a
+/// JSON-RPC error naming it.
+fn workspace_of(
+    cwd: &Path,
+    additional: &[PathBuf],
+) -> Result<Workspace, agent_client_protocol::Error> {
+    Workspace::new(cwd)
+        .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?
+        .with_additional_roots(additional)
+        .map_err(|e| invalid_params(format!("additionalDirectories: {e}")))
+}
+
 /// What a parked session keeps: enough to open it as it was.
 struct Parked {
     cwd: PathBuf,
+    additional: Arc<[PathBuf]>,
     mode: SessionMode,
     mcp_servers: Arc<[McpServer]>,
     metrics: TrackerMetrics,
@@ -485,15 +503,13 @@ impl AcpAgent {
     async fn tools_for(
         &self,
         cwd: &Path,
+        additional: &[PathBuf],
         mcp_servers: &[McpServer],
         session_id: &SessionId,
         cx: &ConnectionTo<Client>,
         mode: SessionMode,
     ) -> Result<SessionTools, agent_client_protocol::Error> {
-        let workspace = Arc::new(
-            Workspace::new(cwd)
-                .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?,
-        );
+        let workspace = Arc::new(workspace_of(cwd, additional)?);
         let mut tools = self.engine.tools().clone();
         let tasks = Arc::new(builtin::BackgroundTasks::new());
         for tool in builtin::all_with(
@@ -620,6 +636,7 @@ impl AcpAgent {
         }
         Ok(SessionTools {
             tools,
+            additional: additional.into(),
             own_writes: workspace.own_writes().clone(),
             terminals,
             edits,
@@ -700,6 +717,7 @@ impl AcpAgent {
             tools: tools.tools,
             terminals: tools.terminals,
             cwd,
+            additional: tools.additional,
             edits: tools.edits,
             diffs: tools.diffs,
             permissions: Arc::new(Mutex::new(permissions)),
@@ -786,6 +804,7 @@ impl AcpAgent {
                     session.conversation.to_string().into(),
                     Parked {
                         cwd: session.cwd.clone(),
+                        additional: session.additional.clone(),
                         mode: session.mode(),
                         mcp_servers: session.mcp_servers.clone(),
                         metrics: session.metrics(),
@@ -823,7 +842,14 @@ impl AcpAgent {
         };
         let conversation = id.0.parse::<ConversationId>().map_err(|_| unknown())?;
         let tools = match self
-            .tools_for(&parked.cwd, &parked.mcp_servers, id, cx, parked.mode)
+            .tools_for(
+                &parked.cwd,
+                &parked.additional,
+                &parked.mcp_servers,
+                id,
+                cx,
+                parked.mode,
+            )
             .await
         {
             Ok(tools) => tools,
@@ -904,9 +930,8 @@ impl AcpAgent {
             return responder.respond_with_error(e);
         }
         // Checked before a conversation is made for it.
-        if let Err(e) = Workspace::new(&request.cwd) {
-            let message = format!("cwd {}: {e}", request.cwd.display());
-            return responder.respond_with_error(invalid_params(message));
+        if let Err(e) = workspace_of(&request.cwd, &request.additional_directories) {
+            return responder.respond_with_error(e);
         }
         let conversation = match self.engine.create_conversation(None).await {
             Ok(c) => c.id,
@@ -915,7 +940,14 @@ impl AcpAgent {
         let session_id = SessionId::new(conversation.to_string());
         let mode = self.settings.default_mode;
         let tools = match self
-            .tools_for(&request.cwd, &request.mcp_servers, &session_id, &cx, mode)
+            .tools_for(
+                &request.cwd,
+                &request.additional_directories,
+                &request.mcp_servers,
+                &session_id,
+                &cx,
+                mode,
+            )
             .await
         {
             Ok(tools) => tools,
@@ -954,7 +986,13 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> AcpResult {
         let (id, branch, mode) = match self
-            .open_stored(&request.session_id, &request.cwd, &request.mcp_servers, &cx)
+            .open_stored(
+                &request.session_id,
+                &request.cwd,
+                &request.additional_directories,
+                &request.mcp_servers,
+                &cx,
+            )
             .await
         {
             Ok(opened) => opened,
@@ -998,6 +1036,7 @@ impl AcpAgent {
         &self,
         session_id: &SessionId,
         cwd: &Path,
+        additional: &[PathBuf],
         mcp_servers: &[McpServer],
         cx: &ConnectionTo<Client>,
     ) -> Result<(SessionId, Vec<toolwire_core::Message>, SessionMode), agent_client_protocol::Error>
@@ -1031,7 +1070,7 @@ impl AcpAgent {
             .as_ref()
             .map_or(self.settings.default_mode, |r| r.mode);
         let tools = self
-            .tools_for(cwd, mcp_servers, session_id, cx, mode)
+            .tools_for(cwd, additional, mcp_servers, session_id, cx, mode)
             .await?;
         let permissions = policy::Permissions::load(&self.engine, conversation).await;
         // A parked session's metrics carry over; an open one is replaced.

@@ -26,6 +26,9 @@ pub(crate) struct Session {
     pub(crate) terminals: terminal::Terminals,
     /// The root of the built-in tools.
     pub(crate) cwd: PathBuf,
+    /// The editor's other roots of the project (`additionalDirectories`),
+    /// in the built-in tools' reach too.
+    pub(crate) additional: Arc<[PathBuf]>,
     /// What edit previews read: the built-in tools' sandbox (the paths
     /// an edit preview may read) and the editor's buffers.
     pub(crate) edits: edits::EditView,
@@ -106,6 +109,7 @@ impl Session {
             reasoning_effort: self
                 .effort()
                 .filter(|_| self.model_reasons.load(Ordering::SeqCst)),
+            system_prompt: crate::roots::Roots::prompt(&self.additional),
             ..TurnOptions::default()
         }
     }

@@ -792,3 +792,73 @@ fn workspace_root_must_be_a_directory() {
     );
     assert!(Workspace::new(dir.path().join("missing")).is_err());
 }
+
+/// A second root (an editor's other folder of the project): reached by
+/// absolute path, read, written, listed and searched beneath its own
+/// directory; shown absolute; a symlink out of it and everything outside
+/// both roots are still refused.
+#[tokio::test]
+async fn an_additional_root_is_in_reach_and_nothing_beyond_it() {
+    let f = Fixture::new();
+    let other = tempfile::tempdir().unwrap();
+    let other_root = std::fs::canonicalize(other.path()).unwrap();
+    std::fs::write(other_root.join("notes.txt"), "one\ntwo needle\n").unwrap();
+    symlink(f.outside.path().join("secret.txt"), other_root.join("leak")).unwrap();
+    let workspace = Workspace::new(f.root.path())
+        .unwrap()
+        .with_additional_roots(&[other.path().to_path_buf(), f.root.path().to_path_buf()])
+        .unwrap();
+    // The main root again is left out: two roots.
+    assert_eq!(workspace.roots().count(), 2);
+    let f = Fixture {
+        workspace: Arc::new(workspace),
+        ..f
+    };
+    let notes = other_root.join("notes.txt");
+    let notes = notes.to_str().unwrap();
+    let read = f.ok("read_file", json!({"path": notes})).await;
+    assert!(read.contains("two needle"), "{read}");
+    let new = other_root.join("sub/new.txt");
+    f.ok(
+        "write_file",
+        json!({"path": new.to_str().unwrap(), "content": "made\n"}),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&new).unwrap(), "made\n");
+    let listed = f
+        .ok("list_dir", json!({"path": other_root.to_str().unwrap()}))
+        .await;
+    assert!(listed.contains("notes.txt"), "{listed}");
+    let found = f
+        .ok(
+            "search",
+            json!({"pattern": "needle", "path": other_root.to_str().unwrap()}),
+        )
+        .await;
+    // Shown absolute: it is not under the working directory.
+    assert!(found.contains(&format!("{notes}:2")), "{found}");
+    // Relative paths stay the main root's.
+    f.write("here.txt", "main\n");
+    assert!(
+        f.ok("read_file", json!({"path": "here.txt"}))
+            .await
+            .contains("main")
+    );
+    // Out of the second root through a symlink, or outside both: refused.
+    let leak = other_root.join("leak");
+    let e = f
+        .err("read_file", json!({"path": leak.to_str().unwrap()}))
+        .await;
+    assert!(e.contains("outside the workspace root"), "{e}");
+    let secret = f.outside.path().join("secret.txt");
+    let e = f
+        .err("read_file", json!({"path": secret.to_str().unwrap()}))
+        .await;
+    assert!(e.contains("outside the workspace root"), "{e}");
+    // An additional root that is not an absolute directory is refused.
+    let e = Workspace::new(f.root.path())
+        .unwrap()
+        .with_additional_roots(&["relative/dir".into()])
+        .unwrap_err();
+    assert!(e.to_string().contains("not an absolute path"), "{e}");
+}

@@ -207,6 +207,52 @@ async fn a_command_writes_only_the_workspace_and_its_temp_dir() {
     );
 }
 
+/// A workspace's additional root is granted as its root is: written in
+/// `workspace-write`, only read in `read-only`; a third directory stays
+/// out of reach.
+#[tokio::test]
+async fn a_command_writes_an_additional_root_as_the_workspace() {
+    let w = World::new();
+    let other = tempfile::tempdir().unwrap();
+    let other_root = other.path().canonicalize().unwrap();
+    std::fs::write(other_root.join("seen.txt"), "SEEN\n").unwrap();
+    let outside = w.outside.path().join("written.txt");
+    let command = format!(
+        "cat '{o}/seen.txt'; echo a > '{o}/made.txt' && echo OTHER-OK; \
+         echo c > '{}' && echo OUT-OK; true",
+        outside.display(),
+        o = other_root.display()
+    );
+    let run = |mode| {
+        let workspace = Workspace::new(w.root())
+            .unwrap()
+            .with_additional_roots(std::slice::from_ref(&other_root))
+            .unwrap();
+        let tool = builtin::all(Arc::new(workspace), w.sandbox(mode))
+            .into_iter()
+            .find(|t| t.spec().name == "run_command")
+            .unwrap();
+        let command = command.clone();
+        async move {
+            tool.call(json!({"command": command}), ToolContext::detached("call"))
+                .await
+                .unwrap()
+                .content
+        }
+    };
+    let text = run(Mode::WorkspaceWrite).await;
+    assert!(text.contains("SEEN") && text.contains("OTHER-OK"), "{text}");
+    assert!(!text.contains("OUT-OK"), "{text}");
+    assert!(!outside.exists());
+    std::fs::remove_file(other_root.join("made.txt")).unwrap();
+    let text = run(Mode::ReadOnly).await;
+    assert!(
+        text.contains("SEEN") && !text.contains("OTHER-OK"),
+        "{text}"
+    );
+    assert!(!other_root.join("made.txt").exists());
+}
+
 #[tokio::test]
 async fn a_command_cannot_reach_a_loopback_server_with_the_network_off() {
     let w = World::new();

@@ -130,6 +130,15 @@ impl Sandbox {
         self.clone().with_policy(policy)
     }
 
+    /// The same sandbox with `roots` granted as the workspace is
+    /// (writable in `workspace-write`, readable in `read-only`): a
+    /// session's additional workspace roots.
+    pub fn with_additional_roots(&self, roots: impl IntoIterator<Item = PathBuf>) -> Sandbox {
+        let mut policy = self.policy.clone();
+        policy.write.extend(roots);
+        self.clone().with_policy(policy)
+    }
+
     /// The helper commands start through, if any.
     pub fn helper(&self) -> Option<&Helper> {
         self.helper.as_ref()

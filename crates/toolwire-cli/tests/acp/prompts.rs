@@ -2,10 +2,13 @@
 //! the mock model's request, stored, replayed on load; refused with a clear
 //! error for a model without vision, over the size limit or malformed),
 //! the context meter and title (`usage_update`, `PromptResponse.usage`,
-//! `session_info_update`), and prompts sent while a turn runs (queued, or
-//! interjected into the running turn).
+//! `session_info_update`), prompts sent while a turn runs (queued, or
+//! interjected into the running turn), and the editor's other folders of
+//! a multi-root project (`additionalDirectories`).
 
-use agent_client_protocol::v1::schema::{ImageContent, ListSessionsRequest, PromptResponse};
+use agent_client_protocol::v1::schema::{
+    ImageContent, ListSessionsRequest, NewSessionRequest, PromptResponse,
+};
 use base64::Engine as _;
 
 use super::*;
@@ -601,4 +604,71 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
         messages.find("\"tool\"").unwrap() < messages.find("also say hello").unwrap(),
         "{messages}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editors_other_folders_are_in_reach_and_named_to_the_model() {
+    let dirs = Dirs::new();
+    let other = tempfile::tempdir().unwrap();
+    let other_root = other.path().canonicalize().unwrap();
+    let target = other_root.join("lib.txt");
+    std::fs::write(&target, "from the other folder\n").unwrap();
+    let mock = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Reading.",
+            &[Call {
+                id: "r1",
+                name: "read_file",
+                arguments: serde_json::json!({"path": target}),
+            }],
+        )),
+        Reply::sse(openai_sse("Read.", &[])),
+    ])
+    .await;
+    let args = config_args(dirs.home(), &config(dirs.home(), &mock.url));
+    let (child, transport, _) = spawn_with(dirs.home(), &args);
+    let editor = Editor::new();
+    let (cwd, roots) = (dirs.cwd(), vec![other_root.clone()]);
+    let (offered, bad_root) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let init = initialize(&cx, ClientCapabilities::new()).await?;
+            let offered = init
+                .agent_capabilities
+                .session_capabilities
+                .additional_directories
+                .is_some();
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd.clone()).additional_directories(roots))
+                .block_task()
+                .await?
+                .session_id;
+            assert_eq!(prompt(&cx, &session, "read it").await?, StopReason::EndTurn);
+            let bad_root = cx
+                .send_request(
+                    NewSessionRequest::new(cwd).additional_directories(vec!["not/absolute".into()]),
+                )
+                .block_task()
+                .await
+                .unwrap_err();
+            Ok((offered, bad_root))
+        })
+        .await;
+    drop(child);
+    assert!(
+        offered,
+        "initialize offers sessionCapabilities.additionalDirectories"
+    );
+    assert!(
+        results(&editor.updates()).contains("from the other folder"),
+        "{:?}",
+        editor.updates()
+    );
+    // Named to the model in the system prompt of each step.
+    let received = mock.received();
+    let system = received[0].body["messages"][0].to_string();
+    assert!(
+        system.contains(&other_root.display().to_string()),
+        "{system}"
+    );
+    assert!(says(&bad_root).contains("`not/absolute`"), "{bad_root:?}");
 }

@@ -126,3 +126,34 @@ def test_cancel_kills_the_command_in_the_client_terminal(acp):
     assert ("terminal/release", term.id) in client.terminal_calls
     assert not (acp.project / "finished.txt").exists()
     assert client.statuses_of("call_sleep")[-1] == "failed"
+
+
+def test_an_editors_other_folder_is_read_through_it(acp, tmp_path):
+    """A multi-root project: the folder given in `additionalDirectories`
+    is in the file tools' reach, through the editor's fs as the cwd is."""
+    other = tmp_path / "other"
+    other.mkdir()
+    target = other.resolve() / "lib.txt"
+    target.write_text("on disk\n")
+    script = tmp_path / "read_other.yaml"
+    script.write_text(
+        "steps:\n"
+        '  - text: "Reading."\n'
+        f'    tool_calls: [{{id: call_read, name: read_file, arguments: {{path: "{target}"}}}}]\n'
+        '  - text: "Done."\n'
+    )
+    client = RecordingClient()
+    client.buffers[str(target)] = "unsaved in the editor\n"
+
+    async def scenario():
+        async with acp.agent(str(script), client) as agent:
+            init = await agent.initialize(Capabilities(fs=True))
+            assert init.agent_capabilities.session_capabilities.additional_directories is not None
+            session = await agent.call(agent.conn.new_session(
+                cwd=str(acp.project), additional_directories=[str(other)], mcp_servers=[]))
+            return await agent.prompt(session.session_id, "read it")
+
+    answer = acp.run(scenario())
+    assert answer.stop_reason == "end_turn"
+    assert [r[0] for r in client.reads] == [str(target)]
+    assert "unsaved in the editor" in client.result_text_of("call_read")

@@ -94,8 +94,8 @@ pub(crate) fn write_beneath(
     if at.rel.as_os_str().is_empty() {
         return Err(ToolError::Refused(format!("`{shown}` is a directory")));
     }
-    let (dir, name) =
-        beneath::open_parent(workspace.dir(), &at.rel, true).map_err(|e| open_error(shown, e))?;
+    let (dir, name) = beneath::open_parent(workspace.dir(at.root), &at.rel, true)
+        .map_err(|e| open_error(shown, e))?;
     let keep_mode = match beneath::kind_at(dir.as_fd(), &name).map_err(|e| io_error(shown, e))? {
         None => None,
         Some((FileType::RegularFile, mode)) => {

@@ -119,10 +119,11 @@ impl Tool for Search {
 /// for good. Those the walk will read below are checked as it goes
 /// ([`Run::search`]'s entry filter).
 fn check_ignore_files(workspace: &Workspace, at: &Located) -> Result<(), ToolError> {
+    let root = workspace.roots().nth(at.root).unwrap_or(workspace.root());
     let mut dir = Some(at.rel.as_path());
     while let Some(rel) = dir {
-        if let Some(kind) = odd_ignore_file(workspace, rel) {
-            let shown = workspace.display(&workspace.root().join(rel));
+        if let Some(kind) = odd_ignore_file(workspace, at.root, rel) {
+            let shown = workspace.display(&root.join(rel));
             return Err(ToolError::Refused(format!(
                 "`{shown}` holds an ignore file that is {kind}; search only reads regular files"
             )));
@@ -132,10 +133,10 @@ fn check_ignore_files(workspace: &Workspace, at: &Located) -> Result<(), ToolErr
     Ok(())
 }
 
-/// An ignore file in the directory `rel` (relative to the root) that is
-/// neither missing nor a regular file: what it is.
-fn odd_ignore_file(workspace: &Workspace, rel: &Path) -> Option<&'static str> {
-    let dir = beneath::open(workspace.dir(), rel, OFlags::PATH | OFlags::DIRECTORY).ok()?;
+/// An ignore file in the directory `rel` (relative to root `root` of the
+/// workspace) that is neither missing nor a regular file: what it is.
+fn odd_ignore_file(workspace: &Workspace, root: usize, rel: &Path) -> Option<&'static str> {
+    let dir = beneath::open(workspace.dir(root), rel, OFlags::PATH | OFlags::DIRECTORY).ok()?;
     [".gitignore", ".ignore", ".git/info/exclude"]
         .iter()
         .find_map(
@@ -165,10 +166,9 @@ fn walker(
     let workspace = workspace.clone();
     builder.filter_entry(move |entry| {
         !entry.file_type().is_some_and(|t| t.is_dir())
-            || entry
-                .path()
-                .strip_prefix(workspace.root())
-                .is_ok_and(|rel| odd_ignore_file(&workspace, rel).is_none())
+            || workspace
+                .beneath(entry.path())
+                .is_some_and(|(root, rel)| odd_ignore_file(&workspace, root, rel).is_none())
     });
     if let Some(glob) = glob {
         let bad = |e: ignore::Error| ToolError::InvalidArguments(format!("bad glob `{glob}`: {e}"));
@@ -224,13 +224,14 @@ impl Run {
     /// is never opened for reading. Unreadable files are skipped like
     /// grep -s does.
     fn search_file(&self, path: &Path, found: &mut Found) {
-        let Ok(rel) = path.strip_prefix(self.workspace.root()) else {
+        let Some((root, rel)) = self.workspace.beneath(path) else {
             return;
         };
         let at = Located {
             abs: path.to_path_buf(),
             rel: rel.to_path_buf(),
             shown: String::new(),
+            root,
         };
         let Ok(Node::File(file, len)) = self.workspace.open_node(&at) else {
             return;

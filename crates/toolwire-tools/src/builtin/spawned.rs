@@ -2,6 +2,7 @@
 //! characters), and the end of that output kept: shared by `run_command`
 //! in the foreground and its background tasks.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -33,9 +34,18 @@ impl Spawned {
         sandbox: &Sandbox,
         workspace: &Workspace,
         command: &str,
-        cwd: &std::path::Path,
+        cwd: &Path,
     ) -> Result<Spawned, ToolError> {
         let argv = ["sh".into(), "-c".into(), command.into()];
+        // The additional roots are the workspace's as much as its root.
+        let additional: Vec<_> = workspace.roots().skip(1).map(Path::to_path_buf).collect();
+        let widened;
+        let sandbox = if additional.is_empty() {
+            sandbox
+        } else {
+            widened = sandbox.with_additional_roots(additional);
+            &widened
+        };
         let mut confined =
             Confined::start(sandbox, workspace.root(), &argv, Cwd::Dir(cwd), false, None)?;
         let (tx, rx) = mpsc::channel::<String>(64);

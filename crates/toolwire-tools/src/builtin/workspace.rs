@@ -1,4 +1,6 @@
-//! The root directory every built-in tool is confined to.
+//! The root directories every built-in tool is confined to: the
+//! workspace root, and the additional roots a session may add (an
+//! editor's other folders of a multi-root project).
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -29,12 +31,25 @@ const FILE_WORKERS: usize = 8;
 /// It also keeps the [`OwnWrites`] registry: what the file tools wrote,
 /// so that the file watcher does not report the agent's own writes back to
 /// it as outside changes. Clones share it.
+///
+/// Additional roots ([`Workspace::with_additional_roots`]) are held the
+/// same way, each canonical with its own directory fd: a path is inside
+/// when it starts with one of the roots, and is opened beneath that
+/// root's fd. Relative paths are the main root's.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
     dir: Arc<OwnedFd>,
+    additional: Arc<[Root]>,
     own_writes: Arc<OwnWrites>,
     file_work: Arc<Semaphore>,
+}
+
+/// An additional root: canonical, and its directory fd.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    dir: OwnedFd,
 }
 
 /// A path the model gave, checked by [`Workspace::resolve`].
@@ -42,59 +57,110 @@ pub struct Workspace {
 pub(crate) struct Located {
     /// Absolute, canonical: what the editor and the file watcher see.
     pub abs: PathBuf,
-    /// Relative to the root, no `..`, no symlink: what is opened.
+    /// Relative to its root, no `..`, no symlink: what is opened.
     pub rel: PathBuf,
-    /// As the model should see it (relative to the root).
+    /// As the model should see it (relative to the main root, else
+    /// absolute).
     pub shown: String,
+    /// Which root it is beneath: 0 the main one, then the additional
+    /// ones in order.
+    pub root: usize,
+}
+
+/// `given` as a root: canonical, a directory, and its fd.
+fn open_root(given: &Path) -> Result<(PathBuf, OwnedFd), ToolError> {
+    let io = |source| ToolError::Io {
+        path: given.display().to_string(),
+        source,
+    };
+    let root = std::fs::canonicalize(given).map_err(io)?;
+    if !root.is_dir() {
+        return Err(ToolError::Refused(format!(
+            "workspace root `{}` is not a directory",
+            given.display()
+        )));
+    }
+    let dir = std::fs::File::open(&root).map_err(io)?;
+    Ok((root, OwnedFd::from(dir)))
 }
 
 impl Workspace {
     pub fn new(root: impl AsRef<Path>) -> Result<Self, ToolError> {
-        let given = root.as_ref();
-        let root = std::fs::canonicalize(given).map_err(|source| ToolError::Io {
-            path: given.display().to_string(),
-            source,
-        })?;
-        if !root.is_dir() {
-            return Err(ToolError::Refused(format!(
-                "workspace root `{}` is not a directory",
-                given.display()
-            )));
-        }
-        let dir = std::fs::File::open(&root).map_err(|source| ToolError::Io {
-            path: given.display().to_string(),
-            source,
-        })?;
+        let (root, dir) = open_root(root.as_ref())?;
         Ok(Workspace {
             root,
-            dir: Arc::new(OwnedFd::from(dir)),
+            dir: Arc::new(dir),
+            additional: Arc::from(Vec::new()),
             own_writes: Arc::default(),
             file_work: Arc::new(Semaphore::new(FILE_WORKERS)),
         })
     }
 
-    /// The root's directory fd, opened once: every open starts here.
-    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
-        self.dir.as_fd()
+    /// This workspace with `roots` in its reach too (absolute
+    /// directories; a repeated one, or the main root again, is left
+    /// out). Relative paths stay the main root's.
+    pub fn with_additional_roots(mut self, roots: &[PathBuf]) -> Result<Self, ToolError> {
+        let mut additional: Vec<Root> = Vec::with_capacity(roots.len());
+        for given in roots {
+            if !given.is_absolute() {
+                return Err(ToolError::Refused(format!(
+                    "additional root `{}` is not an absolute path",
+                    given.display()
+                )));
+            }
+            let (path, dir) = open_root(given)?;
+            if path != self.root && additional.iter().all(|r| r.path != path) {
+                additional.push(Root { path, dir });
+            }
+        }
+        self.additional = Arc::from(additional);
+        Ok(self)
+    }
+
+    /// Every root: the main one first, then the additional ones.
+    pub fn roots(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.root.as_path()).chain(self.additional.iter().map(|r| r.path.as_path()))
+    }
+
+    /// The root `abs` (absolute, canonical) is beneath, by its index in
+    /// [`Self::roots`], and the rest of the path relative to it.
+    pub(crate) fn beneath<'p>(&self, abs: &'p Path) -> Option<(usize, &'p Path)> {
+        self.roots()
+            .enumerate()
+            .find_map(|(i, root)| abs.strip_prefix(root).ok().map(|rel| (i, rel)))
+    }
+
+    /// The directory fd of root `index` of [`Self::roots`], opened once:
+    /// every open beneath that root starts there.
+    pub(crate) fn dir(&self, index: usize) -> BorrowedFd<'_> {
+        match index.checked_sub(1).and_then(|i| self.additional.get(i)) {
+            Some(root) => root.dir.as_fd(),
+            None => self.dir.as_fd(),
+        }
     }
 
     /// [`resolve`](Self::resolve), with the path relative to the root that
     /// the tools open beneath it.
     pub(crate) fn locate(&self, user_path: &str) -> Result<Located, ToolError> {
         let abs = self.resolve(user_path)?;
-        let rel = abs
-            .strip_prefix(&self.root)
-            .map_err(|_| outside(user_path))?
-            .to_path_buf();
+        let (root, rel) = self.beneath(&abs).ok_or_else(|| outside(user_path))?;
+        let rel = rel.to_path_buf();
         let shown = self.display(&abs);
-        Ok(Located { abs, rel, shown })
+        Ok(Located {
+            abs,
+            rel,
+            shown,
+            root,
+        })
     }
 
     /// Opens what `at` names without following any symlink and without
     /// opening a FIFO, device or socket: a regular file or a directory, or
     /// a refusal naming what it is (blocking; run it in [`Self::blocking`]).
     pub(crate) fn open_node(&self, at: &Located) -> Result<Node, ToolError> {
-        match beneath::open_node(self.dir(), &at.rel).map_err(|e| open_error(&at.shown, e))? {
+        match beneath::open_node(self.dir(at.root), &at.rel)
+            .map_err(|e| open_error(&at.shown, e))?
+        {
             beneath::Opened::File(file, len) => Ok(Node::File(file, len)),
             beneath::Opened::Dir(dir) => Ok(Node::Dir(dir)),
             beneath::Opened::Special(kind) => Err(special(&at.shown, kind)),
@@ -134,7 +200,7 @@ impl Workspace {
         &self.own_writes
     }
 
-    /// Turns a path from the model into one inside the root, or refuses.
+    /// Turns a path from the model into one inside a root, or refuses.
     ///
     /// The existing part of the path is canonicalized (so every symlink on
     /// it, parents included, is followed and checked); the missing rest is
@@ -151,7 +217,7 @@ impl Workspace {
             )));
         }
         let lexical = normalize(&self.root.join(user_path));
-        let lexically_inside = lexical.starts_with(&self.root);
+        let lexically_inside = self.beneath(&lexical).is_some();
         // An absolute path may reach the root through a symlinked prefix
         // (e.g. /tmp vs /private/tmp), so only a relative one is judged
         // lexically; both are judged again after canonicalization.
@@ -159,7 +225,7 @@ impl Workspace {
             return Err(outside(user_path));
         }
         let resolved = self.canonicalize_existing(user_path, &lexical)?;
-        if resolved.starts_with(&self.root) {
+        if self.beneath(&resolved).is_some() {
             Ok(resolved)
         } else if lexically_inside {
             Err(ToolError::Refused(format!(
@@ -171,7 +237,8 @@ impl Workspace {
         }
     }
 
-    /// A path as the model should see it: relative to the root.
+    /// A path as the model should see it: relative to the main root, else
+    /// absolute (a path beneath an additional root).
     pub fn display(&self, path: &Path) -> String {
         match path.strip_prefix(&self.root) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
