@@ -172,6 +172,14 @@ async fn an_overloaded_model_hands_the_step_to_its_fallback() {
     let asked = gpt.received();
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].body["model"], "gpt-4o-mini");
+    // Both were sent the conversation (the path moves into the last
+    // model's request, and is copied for those with fallbacks left).
+    assert!(asked[0].body["messages"].to_string().contains("hello"));
+    assert!(
+        sonnet.received()[0].body["messages"]
+            .to_string()
+            .contains("hello")
+    );
 
     // The step keeps why: a stored event tied to the message.
     let [

@@ -97,7 +97,7 @@ impl Turn<'_> {
         let (base, from) = match counted {
             Some((i, u)) => (u.prompt_tokens + u.completion_tokens, i + 1),
             None => {
-                let request = self.request(self.model, &m[..1.min(m.len())], iteration);
+                let request = self.request(self.model, m[..1.min(m.len())].to_vec(), iteration);
                 let fixed = self
                     .fit
                     .counts

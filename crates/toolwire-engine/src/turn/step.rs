@@ -63,7 +63,7 @@ impl<'a> Turn<'a> {
         let images = self.images(&sent).await?;
         let started = Instant::now();
         let (stream, answering) = tokio::select! {
-            s = self.open_stream(&sent, iteration, message_id, &images) => s?,
+            s = self.open_stream(sent, iteration, message_id, &images) => s?,
             _ = self.cancel.cancelled() => return Err(self.cancelled()),
         };
         let mut step = StepState::new(self.tool_format(answering));
@@ -233,15 +233,24 @@ impl<'a> Turn<'a> {
     /// model that answers. The next step asks the turn's model again.
     async fn open_stream(
         &self,
-        path: &[Message],
+        path: Vec<Message>,
         iteration: u32,
         message_id: MessageId,
         images: &HashMap<String, Arc<[u8]>>,
     ) -> Result<(EventStream, &'a ModelEntry), Stop> {
         let mut model: &'a ModelEntry = self.model;
         let mut fallbacks = self.model.info.fallback.iter();
+        // The path moves into the request of the last model that may be
+        // asked: a copy of every message of a long conversation is what a
+        // step would otherwise cost most.
+        let mut path = Some(path);
         loop {
-            let mut request = self.request(model, path, iteration);
+            let messages = if fallbacks.clone().next().is_some() {
+                path.clone()
+            } else {
+                path.take()
+            };
+            let mut request = self.request(model, messages.unwrap_or_default(), iteration);
             let vision = model.info.capabilities.vision;
             request.images = RequestImages {
                 vision,
@@ -315,14 +324,19 @@ impl<'a> Turn<'a> {
         }
     }
 
+    /// `model`'s request of `path` (its root becomes the system prompt):
+    /// the path moves into it, not copied.
     pub(super) fn request(
         &self,
         model: &ModelEntry,
-        path: &[Message],
+        mut path: Vec<Message>,
         iteration: u32,
     ) -> ModelRequest {
         let mut system = path.first().map(Message::text).unwrap_or_default();
-        let rest = path.get(1..).unwrap_or_default();
+        if !path.is_empty() {
+            path.remove(0);
+        }
+        let rest = path;
         let mut tools = self.specs();
         let notifications = &self.cx.config.notifications;
         if notifications.enabled {
@@ -345,7 +359,7 @@ impl<'a> Turn<'a> {
         match self.tool_format(model) {
             ToolFormat::Native => ModelRequest {
                 system,
-                messages: rest.to_vec(),
+                messages: rest,
                 tools,
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
@@ -355,7 +369,7 @@ impl<'a> Turn<'a> {
             },
             ToolFormat::Xml => ModelRequest {
                 system: format!("{system}\n\n{}", xml_format::tools_prompt(&tools)),
-                messages: xml_format::as_text_protocol(rest),
+                messages: xml_format::as_text_protocol(&rest),
                 tools: Vec::new(),
                 turn: self.turn_index.unwrap_or(0),
                 iteration,
