@@ -238,7 +238,7 @@ impl AcpAgent {
             &sessions::SessionRecord {
                 title: source.as_ref().and_then(|r| r.title.clone()),
                 reasoning_effort: source.and_then(|r| r.reasoning_effort),
-                ..sessions::SessionRecord::new(cwd, mode)
+                ..sessions::SessionRecord::new(cwd, additional, mode)
             },
         )
         .await;

@@ -647,39 +647,52 @@ impl AcpAgent {
         })
     }
 
-    /// Watches `cwd` for the session of `conversation`: each outside change
-    /// is told to that conversation only. A watcher that cannot start is a
-    /// warning, not an error.
+    /// Watches `cwd` and each of the `additional` roots for the session of
+    /// `conversation`: each outside change is told to that conversation
+    /// only, a change in another root by its absolute path (relative paths
+    /// are the cwd's). A root whose watcher cannot start is a warning, not
+    /// an error.
     async fn watch(
         &self,
         conversation: ConversationId,
         cwd: &Path,
-        own_writes: Arc<OwnWrites>,
-    ) -> Option<Arc<WatchHandle>> {
-        let settings = self.settings.watch.clone()?;
-        let engine = self.engine.clone();
-        // The sink runs on the watcher's own thread; the notification is
-        // async.
-        let runtime = tokio::runtime::Handle::current();
-        let sink = move |event| {
-            let engine = engine.clone();
-            runtime.spawn(async move {
-                if let Err(e) = engine.notify(conversation, event).await {
-                    tracing::debug!(%conversation, error = %e, "a file change was not told");
-                }
-            });
+        additional: &[PathBuf],
+        own_writes: &Arc<OwnWrites>,
+    ) -> Arc<[WatchHandle]> {
+        let Some(settings) = self.settings.watch.clone() else {
+            return Arc::from(Vec::new());
         };
-        match watch::start_with(cwd, own_writes, settings, sink).await {
-            Ok(handle) => Some(Arc::new(handle)),
-            Err(e) => {
-                tracing::warn!(
-                    cwd = %cwd.display(),
+        let mut watchers = Vec::with_capacity(1 + additional.len());
+        let roots =
+            std::iter::once((cwd, false)).chain(additional.iter().map(|r| (r.as_path(), true)));
+        for (root, absolute) in roots {
+            let engine = self.engine.clone();
+            let named = absolute.then(|| root.to_path_buf());
+            // The sink runs on the watcher's own thread; the notification
+            // is async.
+            let runtime = tokio::runtime::Handle::current();
+            let sink = move |event| {
+                let engine = engine.clone();
+                let event = match &named {
+                    Some(root) => roots::beneath(root, event),
+                    None => event,
+                };
+                runtime.spawn(async move {
+                    if let Err(e) = engine.notify(conversation, event).await {
+                        tracing::debug!(%conversation, error = %e, "a file change was not told");
+                    }
+                });
+            };
+            match watch::start_with(root, own_writes.clone(), settings.clone(), sink).await {
+                Ok(handle) => watchers.push(handle),
+                Err(e) => tracing::warn!(
+                    root = %root.display(),
                     error = %e,
-                    "file changes in the session's directory will not be reported"
-                );
-                None
+                    "file changes in this folder of the session will not be reported"
+                ),
             }
         }
+        watchers.into()
     }
 
     async fn insert(
@@ -691,8 +704,8 @@ impl AcpAgent {
         mcp_servers: Arc<[McpServer]>,
         metrics: TrackerMetrics,
     ) -> SessionId {
-        let watcher = self
-            .watch(conversation, &cwd, tools.own_writes.clone())
+        let watchers = self
+            .watch(conversation, &cwd, &tools.additional, &tools.own_writes)
             .await;
         let chosen = match self.engine.chosen_model(conversation).await {
             Ok(chosen) => chosen,
@@ -740,7 +753,7 @@ impl AcpAgent {
             mcp: tools.mcp,
             effort: Arc::new(Mutex::new(effort)),
             model_reasons: Arc::new(std::sync::atomic::AtomicBool::new(reasons)),
-            _watcher: watcher,
+            _watchers: watchers,
         };
         // Turns the engine starts itself (a waking notification, a late
         // interjection) run with the session's tools and permission
@@ -956,7 +969,7 @@ impl AcpAgent {
         sessions::save(
             &self.engine,
             conversation,
-            &sessions::SessionRecord::new(&request.cwd, mode),
+            &sessions::SessionRecord::new(&request.cwd, &request.additional_directories, mode),
         )
         .await;
         let id = self
@@ -1092,9 +1105,10 @@ impl AcpAgent {
                 metrics,
             )
             .await;
-        // Listed under the cwd it was opened in last.
+        // Listed under the cwd and roots it was opened with last.
         sessions::update(&self.engine, conversation, cwd, mode, |r| {
             r.cwd = cwd.to_path_buf();
+            r.additional = additional.to_vec();
         })
         .await;
         Ok((id, branch, mode))

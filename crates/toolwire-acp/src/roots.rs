@@ -3,12 +3,34 @@
 //! reach them by absolute path (`Workspace::with_additional_roots`); the
 //! model is told they exist by a line added to each step's system prompt,
 //! never stored in the conversation (another editor may open the session
-//! with other roots).
+//! with other roots). Their file watchers name a change by its absolute
+//! path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use toolwire_core::Incoming;
 use toolwire_engine::SystemPrompt;
+
+/// `incoming` from the watcher of additional root `root`: a changed file
+/// named by its absolute path, since the model reads a relative path as
+/// the cwd's.
+pub(crate) fn beneath(root: &Path, incoming: Incoming) -> Incoming {
+    match incoming {
+        Incoming::File {
+            source,
+            priority,
+            path,
+            change,
+        } => Incoming::File {
+            source,
+            priority,
+            path: root.join(path).display().to_string(),
+            change,
+        },
+        other => other,
+    }
+}
 
 /// The addition to the system prompt naming the additional roots.
 #[derive(Debug)]
@@ -44,6 +66,24 @@ impl SystemPrompt for Roots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_in_another_root_is_named_absolutely() {
+        let changed = beneath(
+            Path::new("/docs"),
+            Incoming::file(
+                "file_watcher",
+                "guide/intro.md",
+                toolwire_core::FileChange::Modified,
+            ),
+        );
+        assert!(
+            matches!(&changed, Incoming::File { path, .. } if path == "/docs/guide/intro.md"),
+            "{changed:?}"
+        );
+        let text = Incoming::text("task", toolwire_core::Priority::Normal, "done");
+        assert_eq!(beneath(Path::new("/docs"), text.clone()), text);
+    }
 
     #[tokio::test]
     async fn the_roots_follow_the_stored_prompt_and_none_add_nothing() {

@@ -1,6 +1,6 @@
 //! What an ACP session keeps beside its conversation, so that another
 //! agent process on the same database lists, loads and resumes it as it
-//! was: its cwd, its mode and a title (the first line of its first
+//! was: its cwd and additional roots, its mode and a title (the first line of its first
 //! prompt). Stored through the engine's records as `acp_session` (id: the
 //! conversation id); the record's update time is the session's.
 //!
@@ -36,6 +36,10 @@ const MAX_TITLE_CHARS: usize = 60;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SessionRecord {
     pub cwd: PathBuf,
+    /// The additional roots it was opened with last
+    /// (`additionalDirectories`), reported by `session/list`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional: Vec<PathBuf>,
     #[serde(default)]
     pub mode: SessionMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,9 +54,10 @@ pub(crate) struct SessionRecord {
 }
 
 impl SessionRecord {
-    pub(crate) fn new(cwd: &Path, mode: SessionMode) -> Self {
+    pub(crate) fn new(cwd: &Path, additional: &[PathBuf], mode: SessionMode) -> Self {
         SessionRecord {
             cwd: cwd.to_path_buf(),
+            additional: additional.to_vec(),
             mode,
             title: None,
             reasoning_effort: None,
@@ -96,7 +101,7 @@ pub(crate) async fn update(
 ) {
     let mut record = load(engine, conversation)
         .await
-        .unwrap_or_else(|| SessionRecord::new(cwd, mode));
+        .unwrap_or_else(|| SessionRecord::new(cwd, &[], mode));
     change(&mut record);
     save(engine, conversation, &record).await;
 }
@@ -230,6 +235,7 @@ pub(crate) async fn list(
         };
         sessions.push(
             SessionInfo::new(conversation.to_string(), record.cwd.clone())
+                .additional_directories(record.additional.clone())
                 .title(title)
                 .updated_at(updated.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         );
@@ -267,6 +273,7 @@ mod tests {
     fn a_record_reads_back_and_old_ones_default_to_ask() {
         let record = SessionRecord {
             cwd: "/w".into(),
+            additional: vec!["/docs".into()],
             mode: SessionMode::AcceptEdits,
             title: Some("t".into()),
             reasoning_effort: Some(toolwire_providers::ReasoningEffort::High),
@@ -274,6 +281,7 @@ mod tests {
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json["mode"], "accept-edits");
+        assert_eq!(json["additional"], serde_json::json!(["/docs"]));
         // Only a deleted record says so.
         assert!(json.get("deleted").is_none(), "{json}");
         assert_eq!(
@@ -282,6 +290,7 @@ mod tests {
         );
         let old: SessionRecord = serde_json::from_value(serde_json::json!({"cwd": "/w"})).unwrap();
         assert_eq!(old.mode, SessionMode::Ask);
+        assert!(old.additional.is_empty());
         assert!(!old.deleted);
     }
 }

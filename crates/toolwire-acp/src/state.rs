@@ -86,9 +86,10 @@ pub(crate) struct Session {
     /// then is the effort sent).
     pub(crate) effort: Arc<Mutex<Option<ReasoningEffort>>>,
     pub(crate) model_reasons: Arc<AtomicBool>,
-    /// The watcher of `cwd`, telling this session's conversation only; it
-    /// stops when the session (its last clone) goes.
-    pub(crate) _watcher: Option<Arc<WatchHandle>>,
+    /// The watchers of `cwd` and the additional roots, telling this
+    /// session's conversation only; they stop when the session (its last
+    /// clone) goes.
+    pub(crate) _watchers: Arc<[WatchHandle]>,
 }
 
 impl Session {

@@ -102,13 +102,14 @@ pub enum Incoming {
         /// The sentence.
         text: String,
     },
-    /// A file changed (paths relative to the workspace).
+    /// A file changed (its path relative to the workspace, or absolute in
+    /// another of the session's roots).
     File {
         /// Who reported it (a watcher, a task, a client).
         source: String,
         /// How urgent it is.
         priority: Priority,
-        /// The path, relative to the workspace.
+        /// The path, relative to the workspace (absolute in another root).
         path: String,
         /// How it changed.
         change: FileChange,

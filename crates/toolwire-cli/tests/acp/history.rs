@@ -1,4 +1,4 @@
-//! The session history: `session/list` (title, cwd, update time; paged;
+//! The session history: `session/list` (title, cwd, other roots, update time; paged;
 //! by cwd), `session/resume` (no replay), `session/close`,
 //! `session/delete` and `session/fork`, across two agent processes on one
 //! database; and the errors for what is not there.
@@ -68,7 +68,15 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
             initialize(&cx, ClientCapabilities::new()).await?;
             let first = new_session(&cx, cwd.clone()).await?;
             prompt(&cx, &first, "\n  fix the parser\nthen the lexer").await?;
-            let second = new_session(&cx, elsewhere.clone()).await?;
+            // Elsewhere, with the project as another root.
+            let second = cx
+                .send_request(
+                    NewSessionRequest::new(elsewhere.clone())
+                        .additional_directories(vec![cwd.clone()]),
+                )
+                .block_task()
+                .await?
+                .session_id;
             prompt(&cx, &second, "second thread").await?;
             for _ in 0..31 {
                 new_session(&cx, elsewhere.clone()).await?;
@@ -163,7 +171,10 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
             assert_eq!(prompt(&cx, &s1, "resumed").await?, StopReason::EndTurn);
             load_session(&cx, &s2, elsewhere.clone()).await?;
             let forked = cx
-                .send_request(ForkSessionRequest::new(s1.clone(), cwd.clone()))
+                .send_request(
+                    ForkSessionRequest::new(s1.clone(), cwd.clone())
+                        .additional_directories(vec![elsewhere.clone()]),
+                )
                 .block_task()
                 .await?;
             assert_eq!(
@@ -199,6 +210,9 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
     let s2_info = all.iter().find(|s| s.session_id == second).unwrap();
     assert_eq!(s2_info.title.as_deref(), Some("second thread"));
     assert_eq!(s2_info.cwd, other_cwd);
+    // Each with the roots it was opened with.
+    assert_eq!(s2_info.additional_directories, vec![dirs.cwd()]);
+    assert!(all[0].additional_directories.is_empty(), "{:?}", all[0]);
     // By cwd: only the project's.
     assert_eq!(project_only.len(), 1);
     assert_eq!(project_only[0].session_id, first);
@@ -210,6 +224,7 @@ async fn sessions_are_listed_resumed_closed_and_forked_by_another_process() {
     assert!(seen.contains("second thread"), "{seen}");
     assert_eq!(listed_after_fork.len(), 2, "{listed_after_fork:?}");
     assert_eq!(listed_after_fork[0].session_id, forked);
+    assert_eq!(listed_after_fork[0].additional_directories, vec![other_cwd]);
     assert_eq!(
         listed_after_fork[0].title.as_deref(),
         Some("fix the parser")

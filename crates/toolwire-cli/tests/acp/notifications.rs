@@ -1,6 +1,6 @@
 //! A real HTTP model (the mock model server of `toolwire-test-support`),
 //! configuration files, and notifications: from the client, and of changes in
-//! the session's cwd.
+//! the session's folders.
 
 use super::*;
 
@@ -117,7 +117,7 @@ async fn a_notification_from_the_client_reaches_the_model_and_shows_as_a_thought
 }
 
 #[tokio::test]
-async fn a_change_in_the_sessions_cwd_reaches_its_model_and_nothing_else_does() {
+async fn a_change_in_the_sessions_folders_reaches_its_model_and_nothing_else_does() {
     let server = model_running("Building.", "sleep 2; echo built").await;
     // The process's directory, where the database lives too; the session's
     // cwd is elsewhere.
@@ -128,18 +128,29 @@ async fn a_change_in_the_sessions_cwd_reaches_its_model_and_nothing_else_does() 
     let (child, transport, _) = spawn_with(dirs.home(), &openai_args(&server.url, &db, &config));
     let (editor, mut running) = Editor::new().telling_when_running();
     let cwd = dirs.cwd();
-    let (inside, outside) = (
+    // The editor's other folder of the project (`additionalDirectories`).
+    let other = tempfile::tempdir().unwrap();
+    let other_root = other.path().canonicalize().unwrap();
+    let (inside, outside, beside) = (
         dirs.project().join("changed.txt"),
         dirs.home().join("outside.txt"),
+        other_root.join("docs.md"),
     );
+    let roots = vec![other_root.clone()];
     let stop = editor
         .run(transport, async move |cx: ConnectionTo<Agent>| {
-            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            initialize(&cx, ClientCapabilities::new()).await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd).additional_directories(roots))
+                .block_task()
+                .await?
+                .session_id;
             let prompt = cx.send_request(prompt_request(&session, "build"));
-            // While the command sleeps: a change in the session's cwd, and
-            // one in the process's directory.
+            // While the command sleeps: a change in the session's cwd, one
+            // in its other folder, and one in the process's directory.
             running.recv().await;
             std::fs::write(&inside, "new\n").unwrap();
+            std::fs::write(&beside, "# docs\n").unwrap();
             std::fs::write(&outside, "not the session's\n").unwrap();
             Ok(prompt.block_task().await?.stop_reason)
         })
@@ -152,6 +163,10 @@ async fn a_change_in_the_sessions_cwd_reaches_its_model_and_nothing_else_does() 
     assert!(content.contains("built"), "{content}");
     assert!(content.contains("<notifications"), "{content}");
     assert!(content.contains("changed.txt"), "{content}");
+    // A change in another root is named by its absolute path (a relative
+    // one would be read as the cwd's).
+    let absolute = other_root.join("docs.md").display().to_string();
+    assert!(content.contains(&absolute), "{content}");
     assert!(!content.contains("outside.txt"), "{content}");
     assert!(!content.contains("t.db"), "the store's files: {content}");
     drop(child);

@@ -130,7 +130,8 @@ def test_cancel_kills_the_command_in_the_client_terminal(acp):
 
 def test_an_editors_other_folder_is_read_through_it(acp, tmp_path):
     """A multi-root project: the folder given in `additionalDirectories`
-    is in the file tools' reach, through the editor's fs as the cwd is."""
+    is in the file tools' reach, through the editor's fs as the cwd is,
+    and `session/list` reports it."""
     other = tmp_path / "other"
     other.mkdir()
     target = other.resolve() / "lib.txt"
@@ -151,9 +152,14 @@ def test_an_editors_other_folder_is_read_through_it(acp, tmp_path):
             assert init.agent_capabilities.session_capabilities.additional_directories is not None
             session = await agent.call(agent.conn.new_session(
                 cwd=str(acp.project), additional_directories=[str(other)], mcp_servers=[]))
-            return await agent.prompt(session.session_id, "read it")
+            answer = await agent.prompt(session.session_id, "read it")
+            listed = await agent.call(agent.conn.list_sessions())
+            return answer, session.session_id, listed
 
-    answer = acp.run(scenario())
+    answer, session_id, listed = acp.run(scenario())
     assert answer.stop_reason == "end_turn"
+    # The history reports the session with its other root.
+    [info] = [s for s in listed.sessions if s.session_id == session_id]
+    assert info.additional_directories == [str(other)]
     assert [r[0] for r in client.reads] == [str(target)]
     assert "unsaved in the editor" in client.result_text_of("call_read")
