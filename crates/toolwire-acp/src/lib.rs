@@ -67,6 +67,7 @@ mod updates;
 mod usage;
 mod views;
 mod wire;
+mod woken;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -389,6 +390,8 @@ pub async fn serve(
 /// A session's tools, and the editor side of those that go through it.
 struct SessionTools {
     tools: ToolRegistry,
+    /// The editor's connection.
+    cx: ConnectionTo<Client>,
     /// The editor's other roots the built-in tools reach.
     additional: Arc<[PathBuf]>,
     /// What the built-in tools wrote, for the session's file watcher.
@@ -636,6 +639,7 @@ impl AcpAgent {
         }
         Ok(SessionTools {
             tools,
+            cx: cx.clone(),
             additional: additional.into(),
             own_writes: workspace.own_writes().clone(),
             terminals,
@@ -754,6 +758,8 @@ impl AcpAgent {
             effort: Arc::new(Mutex::new(effort)),
             model_reasons: Arc::new(std::sync::atomic::AtomicBool::new(reasons)),
             _watchers: watchers,
+            shown_through: Arc::default(),
+            _woken: Arc::new(self.follow_woken(&id, tools.cx)),
         };
         // Turns the engine starts itself (a waking notification, a late
         // interjection) run with the session's tools and permission
@@ -768,6 +774,19 @@ impl AcpAgent {
         }
         self.park_idle(Some(&id));
         SessionId::new(id)
+    }
+
+    /// Shows the turns the engine starts itself in open session `id`
+    /// (`woken`).
+    fn follow_woken(&self, id: &Arc<str>, cx: ConnectionTo<Client>) -> state::AbortOnDrop {
+        let sessions = self.sessions.clone();
+        let key = id.clone();
+        woken::follow(
+            self.engine.clone(),
+            SessionId::new(id.clone()),
+            cx,
+            move || sessions.lock().ok()?.get(&key).cloned(),
+        )
     }
 
     /// The open session `id`, marked as used now.
@@ -1205,6 +1224,9 @@ impl AcpAgent {
         let cancels = session.cancels.load(Ordering::SeqCst);
         let session_id = request.session_id.clone();
         cx.clone().spawn(async move {
+            // Counted from now until it holds the session's turn: a turn
+            // the engine starts meanwhile is this prompt's to show.
+            let waiting = state::Waiting::new(&session);
             // Checked (and images stored) before it waits: bad input is
             // answered at once, and the session stays usable.
             let (content, mut text) = match prompt::content(&engine, &session, &request.prompt).await
@@ -1231,6 +1253,8 @@ impl AcpAgent {
                     Ok(toolwire_engine::Interjection::Queued) => {
                         tracing::info!(session = %session_id.0, "ACP prompt interjected into the running turn");
                         session.interjected.fetch_add(1, Ordering::SeqCst);
+                        // It starts no turn of its own.
+                        drop(waiting);
                         // Answered once the turn that reads it has ended.
                         let _ended = session.turns.clone().lock_owned().await;
                         return responder.respond(PromptResponse::new(ended_as(&session)));
@@ -1246,9 +1270,7 @@ impl AcpAgent {
                     Err(toolwire_engine::EngineError::ApprovalPending { .. }) => {
                         let ticket = session.late_words.add(&text);
                         tracing::info!(session = %session_id.0, "ACP prompt kept for the turn paused for a permission answer");
-                        session.waiting.fetch_add(1, Ordering::SeqCst);
                         let turn = session.turns.clone().lock_owned().await;
-                        session.waiting.fetch_sub(1, Ordering::SeqCst);
                         if !session.late_words.withdraw(ticket) {
                             return responder.respond(PromptResponse::new(ended_as(&session)));
                         }
@@ -1262,13 +1284,9 @@ impl AcpAgent {
             // A session with prompts waiting is not parked under them.
             let _turn = match held {
                 Some(turn) => turn,
-                None => {
-                    session.waiting.fetch_add(1, Ordering::SeqCst);
-                    let turn = session.turns.clone().lock_owned().await;
-                    session.waiting.fetch_sub(1, Ordering::SeqCst);
-                    turn
-                }
+                None => session.turns.clone().lock_owned().await,
             };
+            drop(waiting);
             if session.cancels.load(Ordering::SeqCst) != cancels
                 && matches!(start, session::Start::Send(_))
             {

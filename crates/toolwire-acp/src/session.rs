@@ -14,14 +14,14 @@ use agent_client_protocol::v1::schema::{
 use toolwire_core::tool_events::result_text_with_images;
 use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
-    StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
+    RunId, StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
 };
 use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
 use toolwire_tools::builtin::UPDATE_PLAN;
 
 use crate::errors::{internal, invalid_params};
 use crate::permissions::ask;
-use crate::state::{Session, Tally};
+use crate::state::{AbortOnDrop, Session, Tally};
 use crate::updates::{Updates, add_metrics};
 use crate::usage::{self, Meter};
 use crate::views::Views;
@@ -34,7 +34,48 @@ pub(crate) enum Start {
     Send(Vec<ContentBlock>),
     /// The turn an interjection started (no turn was running any more).
     Running(toolwire_engine::TurnHandle),
+    /// A turn the engine started itself (a waking notification), shown
+    /// from the event after its start (`after`, its store sequence).
+    Woken { run: RunId, after: u64 },
 }
+
+/// The turn a prompt follows: one it started (its handle says how it
+/// ended), or one the engine started (its `Stopped` event says).
+enum Following {
+    Handle(toolwire_engine::TurnHandle),
+    Run(RunId),
+}
+
+impl Following {
+    fn run_id(&self) -> RunId {
+        match self {
+            Following::Handle(handle) => handle.run_id,
+            Following::Run(run) => *run,
+        }
+    }
+
+    /// How the turn ended: `stopped` is its `Stopped` event, if seen.
+    async fn ended(
+        self,
+        stopped: Option<(StopReason, Option<String>)>,
+    ) -> (StopReason, Option<String>) {
+        match (self, stopped) {
+            (Following::Handle(handle), _) => {
+                let outcome = handle.wait().await;
+                (outcome.reason, outcome.error)
+            }
+            (Following::Run(_), Some(stopped)) => stopped,
+            (Following::Run(run), None) => (
+                StopReason::Error,
+                Some(format!("the events of turn {run} ended before it did")),
+            ),
+        }
+    }
+}
+
+/// How often a prompt that found a turn the engine started itself sends
+/// again after following it (another may start right after it).
+const SEND_ATTEMPTS: usize = 4;
 
 /// Runs the prompt's turn to its end and says how the prompt is answered.
 /// A turn that pauses for approval asks the client about each waiting
@@ -50,51 +91,21 @@ pub(crate) async fn run_prompt(
 ) -> Result<PromptResponse, agent_client_protocol::Error> {
     let conversation = session.conversation;
     // Follow before the turn starts, so that nothing is missed.
-    let mut follower = engine.follow(conversation);
-    let options = || session.turn_options();
-    let tally = tally(engine, session).await;
-    if !tally.titled {
-        if let Some(title) = sessions::title_of(text) {
-            cx.send_notification(SessionNotification::new(
-                session_id.clone(),
-                SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
-            ))?;
-        }
-        set_tally(
-            session,
-            Tally {
-                titled: true,
-                ..tally
-            },
-        );
-    }
-    let handle = match start {
-        Start::Running(handle) => handle,
-        Start::Send(content) => {
-            // A turn paused for answers no prompt is asking for (one the
-            // engine started itself, or one whose editor went away while
-            // asking) would refuse this prompt: its calls are not run, and
-            // the model is told.
-            abandon_pending(
-                engine,
-                conversation,
-                "no one answered: a new prompt came first",
-            )
-            .await;
-            engine
-                .send_content_with(conversation, content, None, options())
-                .await
-                .map_err(|e| match e {
-                    EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. } => {
-                        invalid_params(e.to_string())
-                    }
-                    e => internal(e),
-                })?
-        }
+    let mut follower = match &start {
+        Start::Woken { after, .. } => engine.follow_after(conversation, *after),
+        _ => engine.follow(conversation),
     };
-    // A cancel that came before the turn started found nothing to stop.
-    if session.cancelled.load(Ordering::SeqCst) {
-        engine.cancel(conversation);
+    let options = || session.turn_options();
+    let mut tally = tally(engine, session).await;
+    if !tally.titled
+        && let Some(title) = sessions::title_of(text)
+    {
+        cx.send_notification(SessionNotification::new(
+            session_id.clone(),
+            SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title)),
+        ))?;
+        tally.titled = true;
+        set_tally(session, tally);
     }
     // The follower runs in its own task and hands batches over a channel,
     // so that waiting for the next batch can race the coalescing timer
@@ -122,17 +133,45 @@ pub(crate) async fn run_prompt(
     let _stop_forwarding = AbortOnDrop(forward);
     let mut meter = Meter::new(engine, session.model().as_deref(), tally.spent);
     let mut updates = Updates::new(session_id.clone(), session, cx).metered(&mut meter);
-    let result = drive(
-        engine,
-        session,
-        &session_id,
-        cx,
-        &mut updates,
-        &mut batches,
-        handle,
-        options,
-    )
-    .await;
+    let result = match start {
+        Start::Running(handle) => Ok(Ok(Following::Handle(handle))),
+        Start::Woken { run, .. } => Ok(Ok(Following::Run(run))),
+        Start::Send(content) => {
+            send(
+                engine,
+                session,
+                &session_id,
+                cx,
+                &mut updates,
+                &mut batches,
+                content,
+                &options,
+            )
+            .await
+        }
+    };
+    let result = match result {
+        Ok(Err(answered)) => Ok(answered),
+        Ok(Ok(following)) => {
+            // A cancel that came before the turn started found nothing to
+            // stop.
+            if session.cancelled.load(Ordering::SeqCst) {
+                engine.cancel(conversation);
+            }
+            drive(
+                engine,
+                session,
+                &session_id,
+                cx,
+                &mut updates,
+                &mut batches,
+                following,
+                &options,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     // Whatever waits goes out before the prompt is answered. A turn cut
     // short (cancelled, failed, out of steps) can leave calls announced
     // that never ran: they end as failed rather than pending forever. (A
@@ -163,7 +202,7 @@ pub(crate) async fn run_prompt(
         session,
         Tally {
             spent: meter.spent(),
-            titled: true,
+            ..tally
         },
     );
     flushed?;
@@ -201,15 +240,6 @@ fn set_tally(session: &Session, tally: Tally) {
     }
 }
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 type Batches = tokio::sync::mpsc::Receiver<Vec<toolwire_store::StoredEvent>>;
 
 /// Batches of events waiting for the editor: enough to ride out a pause in
@@ -226,13 +256,14 @@ async fn drive(
     cx: &ConnectionTo<Client>,
     updates: &mut Updates<'_>,
     batches: &mut Batches,
-    mut handle: toolwire_engine::TurnHandle,
-    options: impl Fn() -> TurnOptions,
+    mut following: Following,
+    options: &impl Fn() -> TurnOptions,
 ) -> Result<PromptResponse, agent_client_protocol::Error> {
     let conversation = session.conversation;
     loop {
-        let run_id = handle.run_id;
+        let run_id = following.run_id();
         let mut gated: Option<Vec<GatedCall>> = None;
+        let mut stopped = None;
         'events: loop {
             let deadline = updates.next_deadline();
             let batch = tokio::select! {
@@ -244,10 +275,14 @@ async fn drive(
             };
             let Some(batch) = batch else { break };
             for stored in batch {
+                session
+                    .shown_through
+                    .fetch_max(stored.seq, Ordering::SeqCst);
                 if stored.event.run_id() != run_id {
                     continue;
                 }
-                if matches!(stored.event, AgentEvent::Stopped { .. }) {
+                if let AgentEvent::Stopped { reason, error, .. } = &stored.event {
+                    stopped = Some((*reason, error.clone()));
                     break 'events;
                 }
                 if let AgentEvent::ApprovalRequested { calls, .. } = &stored.event {
@@ -256,9 +291,9 @@ async fn drive(
                 updates.event(&stored.event)?;
             }
         }
-        let outcome = handle.wait().await;
+        let (reason, error) = following.ended(stopped).await;
         let cancelled = || session.cancelled.load(Ordering::SeqCst);
-        if outcome.reason == StopReason::RequiresApproval && !cancelled() {
+        if reason == StopReason::RequiresApproval && !cancelled() {
             let calls = match gated {
                 Some(calls) => calls,
                 None => engine
@@ -284,7 +319,7 @@ async fn drive(
                     .map_err(internal)?
                 {
                     Responded::Started(next) => {
-                        handle = next;
+                        following = Following::Handle(next);
                         hand_over_late_words(engine, session).await;
                         continue;
                     }
@@ -295,18 +330,17 @@ async fn drive(
             }
         }
         if cancelled() {
-            if outcome.reason == StopReason::RequiresApproval {
+            if reason == StopReason::RequiresApproval {
                 abandon_pending(engine, conversation, "cancelled").await;
             }
             return Ok(PromptResponse::new(acp::StopReason::Cancelled));
         }
-        let mut reason = outcome.reason;
+        let stopped_as = reason;
+        let mut reason = reason;
         // Words interjected too late for this turn start the next one: the
         // prompt goes on to its end, so its editor sees the answer.
         if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
-            if let Some(next) =
-                follow_handover(engine, conversation, run_id, updates, batches).await?
-            {
+            if let Some(next) = follow_handover(engine, session, run_id, updates, batches).await? {
                 reason = next;
             }
             if cancelled() {
@@ -322,12 +356,83 @@ async fn drive(
             Some(reason) => Ok(PromptResponse::new(reason)),
             None => Err(internal(format!(
                 "the turn stopped with {}: {}",
-                outcome.reason.as_str(),
-                outcome.error.unwrap_or_default()
+                stopped_as.as_str(),
+                error.unwrap_or_default()
             ))),
         };
     }
 }
+
+/// Sends the prompt's user message and returns the turn it starts, or how
+/// the prompt is answered without one. A turn the engine started itself
+/// (a waking notification that came just before) is shown to its end
+/// first, asked about as the prompt's own would be; then the message goes.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    engine: &Engine,
+    session: &Session,
+    session_id: &SessionId,
+    cx: &ConnectionTo<Client>,
+    updates: &mut Updates<'_>,
+    batches: &mut Batches,
+    content: Vec<ContentBlock>,
+    options: &impl Fn() -> TurnOptions,
+) -> Result<Result<Following, PromptResponse>, agent_client_protocol::Error> {
+    let conversation = session.conversation;
+    let mut attempts = 0;
+    loop {
+        // A turn paused for answers no prompt is asking for (one whose
+        // editor went away while asking) would refuse this prompt: its
+        // calls are not run, and the model is told.
+        abandon_pending(
+            engine,
+            conversation,
+            "no one answered: a new prompt came first",
+        )
+        .await;
+        let error = match engine
+            .send_content_with(conversation, content.clone(), None, options())
+            .await
+        {
+            Ok(handle) => return Ok(Ok(Following::Handle(handle))),
+            Err(e) => e,
+        };
+        match error {
+            EngineError::TurnInProgress(_) if attempts < SEND_ATTEMPTS => {
+                attempts += 1;
+                match engine.running_run(conversation) {
+                    Some(run) => {
+                        tracing::info!(%conversation, "a turn the engine started itself runs: shown before the prompt's");
+                        let shown = drive(
+                            engine,
+                            session,
+                            session_id,
+                            cx,
+                            updates,
+                            batches,
+                            Following::Run(run),
+                            options,
+                        )
+                        .await?;
+                        if shown.stop_reason == acp::StopReason::Cancelled {
+                            return Ok(Err(shown));
+                        }
+                    }
+                    // Run by another instance, or just ended.
+                    None => tokio::time::sleep(SEND_RETRY).await,
+                }
+            }
+            e @ (EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. }) => {
+                return Err(invalid_params(e.to_string()));
+            }
+            e => return Err(internal(e)),
+        }
+    }
+}
+
+/// How long a prompt waits to send again when another instance runs the
+/// conversation's turn.
+const SEND_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Gives the turn that just went on after a permission answer the words
 /// interjected while it waited (read after the calls it runs, as a user
@@ -354,7 +459,7 @@ async fn hand_over_late_words(engine: &Engine, session: &Session) {
 /// idle) or the events end.
 async fn follow_handover(
     engine: &Engine,
-    conversation: ConversationId,
+    session: &Session,
     ended: toolwire_core::RunId,
     updates: &mut Updates<'_>,
     batches: &mut Batches,
@@ -369,7 +474,7 @@ async fn follow_handover(
                 continue;
             }
             () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
-                if engine.is_running(conversation) {
+                if engine.is_running(session.conversation) {
                     continue;
                 }
                 return Ok(None);
@@ -379,6 +484,9 @@ async fn follow_handover(
             return Ok(None);
         };
         for stored in batch {
+            session
+                .shown_through
+                .fetch_max(stored.seq, Ordering::SeqCst);
             let id = stored.event.run_id();
             if id == ended {
                 continue;

@@ -62,7 +62,7 @@ pub(crate) struct Session {
     /// Held by the running prompt: prompts that come meanwhile wait here,
     /// in order (`acp.prompt_while_running`).
     pub(crate) turns: Arc<tokio::sync::Mutex<()>>,
-    /// Prompts waiting for `turns`.
+    /// Prompts that came and do not hold `turns` yet ([`Waiting`]).
     pub(crate) waiting: Arc<AtomicU64>,
     /// Prompts interjected into the running turn: it follows the turn
     /// they start should they come too late for it.
@@ -74,6 +74,13 @@ pub(crate) struct Session {
     /// Counts `session/cancel`s: a prompt waiting for its turn that sees
     /// it move was cancelled with the running one.
     pub(crate) cancels: Arc<AtomicU64>,
+    /// The store's sequence number of the last event a prompt (or a turn
+    /// the engine started itself) went past: what is at or before it was
+    /// shown, or was not the editor's to see.
+    pub(crate) shown_through: Arc<AtomicU64>,
+    /// Shows the turns the engine starts itself (`woken`); stops with the
+    /// session (its last clone).
+    pub(crate) _woken: Arc<AbortOnDrop>,
     /// The model chosen for the session (`None`: the default).
     pub(crate) model: Arc<Mutex<Option<String>>>,
     /// The session's mode (shared with its `run_command`, which picks its
@@ -223,6 +230,31 @@ impl LateWords {
         let before = words.words.len();
         words.words.retain(|(t, _)| *t != ticket);
         words.words.len() != before
+    }
+}
+
+/// Aborts a task when dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Counts a prompt among the session's `waiting` ones while it lives.
+pub(crate) struct Waiting(Arc<AtomicU64>);
+
+impl Waiting {
+    pub(crate) fn new(session: &Session) -> Self {
+        session.waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(session.waiting.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -28,7 +28,7 @@ use crate::kept_paths::KeptPaths;
 use crate::keyed_locks::{Held, KeyedLocks};
 use crate::notify::keep::{self, Keeper};
 use crate::notify::{Activation, Hub};
-use crate::remembered::Remembered;
+use crate::remembered::{OwnRuns, Remembered};
 use crate::shutdown::{ShutdownReport, Stopping};
 use crate::turn::{self, ActiveTurn, TurnOptions, TurnOutcome, user_message};
 use cluster::Feeds;
@@ -108,6 +108,8 @@ struct Inner {
     active: Mutex<HashMap<ConversationId, ActiveTurn>>,
     /// Each conversation's options, for the turns the engine starts itself.
     remembered: Remembered,
+    /// The runs of those turns.
+    own_runs: OwnRuns,
     /// The owner of the runs this engine starts; its heartbeat stops when
     /// the engine goes.
     instance: Registration,
@@ -248,6 +250,7 @@ impl Engine {
             notifications,
             active: Mutex::new(HashMap::new()),
             remembered: Remembered::default(),
+            own_runs: OwnRuns::default(),
             instance,
             notifier: Notifier::new(Arc::new(EngineSink(weak.clone()))),
             _keeper: keeper,
@@ -622,6 +625,22 @@ impl Engine {
             .lock()
             .map(|a| a.contains_key(&conversation))
             .unwrap_or(false)
+    }
+
+    /// Whether this engine started run `run` itself (a wake, an
+    /// interjection with no turn running, a compaction, the end of a
+    /// paused turn), not a front door; among its most recent such runs.
+    pub fn started_itself(&self, run: RunId) -> bool {
+        self.inner.own_runs.contains(run)
+    }
+
+    /// The run of the turn running in `conversation` here, if one is.
+    pub fn running_run(&self, conversation: ConversationId) -> Option<RunId> {
+        self.inner
+            .active
+            .lock()
+            .ok()
+            .and_then(|a| a.get(&conversation).map(|t| t.run_id))
     }
 
     /// Starts a turn: `text` as a user message under `parent` (the active
@@ -1227,8 +1246,9 @@ impl Engine {
             );
             // Under the lock that decides which turn runs, so that a wake
             // never reads options older than the turn that ran last.
-            if origin == Origin::FrontDoor {
-                self.inner.remembered.set(conversation, options.clone());
+            match origin {
+                Origin::FrontDoor => self.inner.remembered.set(conversation, options.clone()),
+                Origin::Engine => self.inner.own_runs.note(run_id),
             }
         }
         drop(editing);

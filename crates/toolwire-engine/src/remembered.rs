@@ -7,11 +7,15 @@
 //! Kept in memory only, so after a restart nothing is remembered until a
 //! front door starts a turn or sets the options. Bounded: past
 //! [`CAPACITY`] conversations, the one set longest ago is forgotten.
+//!
+//! Beside them, the runs the engine started itself ([`OwnRuns`]), so that
+//! a front door following a conversation can tell them from the turns it
+//! or another instance started.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use toolwire_core::ConversationId;
+use toolwire_core::{ConversationId, RunId};
 
 use crate::turn::TurnOptions;
 
@@ -74,6 +78,30 @@ impl Remembered {
     }
 }
 
+/// The runs this engine started itself, the most recent [`CAPACITY`].
+#[derive(Debug, Default)]
+pub(crate) struct OwnRuns {
+    inner: Mutex<VecDeque<RunId>>,
+}
+
+impl OwnRuns {
+    pub(crate) fn note(&self, run: RunId) {
+        if let Ok(mut runs) = self.inner.lock() {
+            if runs.len() >= CAPACITY {
+                runs.pop_front();
+            }
+            runs.push_back(run);
+        }
+    }
+
+    pub(crate) fn contains(&self, run: RunId) -> bool {
+        self.inner
+            .lock()
+            .map(|runs| runs.iter().rev().any(|r| *r == run))
+            .unwrap_or(false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -106,5 +134,21 @@ mod tests {
         remembered.forget(a);
         assert!(remembered.get(a).is_none());
         assert_eq!(remembered.len(), 1);
+    }
+
+    #[test]
+    fn own_runs_keep_the_most_recent() {
+        let runs = OwnRuns::default();
+        let first = RunId::new();
+        runs.note(first);
+        assert!(runs.contains(first));
+        assert!(!runs.contains(RunId::new()));
+        for _ in 0..CAPACITY {
+            runs.note(RunId::new());
+        }
+        assert!(
+            !runs.contains(first),
+            "the oldest is forgotten past the bound"
+        );
     }
 }

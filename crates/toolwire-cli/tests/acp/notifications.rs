@@ -171,3 +171,190 @@ async fn a_change_in_the_sessions_folders_reaches_its_model_and_nothing_else_doe
     assert!(!content.contains("t.db"), "the store's files: {content}");
     drop(child);
 }
+
+/// The words the agent said and thought, in order, each kind tagged.
+fn said(updates: &[SessionUpdate]) -> Vec<String> {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::AgentMessageChunk(c) => Some(format!("said: {}", text_of(&c.content))),
+            SessionUpdate::AgentThoughtChunk(c) => {
+                Some(format!("thought: {}", text_of(&c.content)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_turn_a_notification_wakes_is_shown_and_asked_about_and_a_prompt_waits_for_it() {
+    use support::{Call, MockServer, Reply, openai_sse};
+    let server = MockServer::start(vec![
+        // The turn the notification wakes: it writes a file, which the
+        // editor is asked about.
+        Reply::sse(openai_sse(
+            "Fixing the build.",
+            &[Call {
+                id: "call_fix",
+                name: "write_file",
+                arguments: serde_json::json!({"path": "fix.txt", "content": "fixed\n"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Fixed.", &[])),
+        // The prompt sent while that turn waited for the answer.
+        Reply::sse(openai_sse("Yes, it is fixed.", &[])),
+    ])
+    .await;
+    let dirs = Dirs::new();
+    let data = tempfile::tempdir().unwrap();
+    let config = write_file(
+        data.path(),
+        "toolwire.toml",
+        "[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0.05\n",
+    );
+    let db = sqlite_in(data.path());
+    let (child, transport, _) = spawn_with(dirs.home(), &openai_args(&server.url, &db, &config));
+    // The user takes a moment over the question.
+    let editor = Editor::answering(Answer::Later("allow_once", 500));
+    let watching = editor.clone();
+    let cwd = dirs.cwd();
+    let stop = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            // No prompt runs: the notification wakes the agent.
+            cx.send_notification(UntypedMessage::new(
+                "_toolwire/notify",
+                serde_json::json!({"sessionId": session.0, "source": "ci", "text": "the build failed"}),
+            )?)?;
+            // While the woken turn waits for the answer, a prompt: it
+            // waits for that turn, and is not refused.
+            while watching.asked().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            prompt(&cx, &session, "is it fixed?").await
+        })
+        .await;
+    drop(child);
+    assert_eq!(stop, StopReason::EndTurn);
+    // Asked about the woken turn's write, which then ran.
+    let asked = editor.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].tool_call.tool_call_id.0.as_ref(), "call_fix");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("fix.txt")).unwrap(),
+        "fixed\n"
+    );
+    // The editor saw the woken turn as it ran: why it woke, its words and
+    // its call's end; then the prompt's answer.
+    let updates = editor.updates();
+    let said = said(&updates);
+    let at = |what: &str| {
+        said.iter()
+            .position(|s| s.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {said:#?}"))
+    };
+    assert!(said[at("[ci] the build failed")].starts_with("thought: "));
+    assert!(at("[ci] the build failed") < at("Fixing the build."));
+    assert!(at("Fixing the build.") < at("Fixed."));
+    assert!(at("Fixed.") < at("Yes, it is fixed."), "{said:#?}");
+    assert!(
+        updates
+            .iter()
+            .any(|u| matches!(u, SessionUpdate::ToolCallUpdate(up)
+            if up.tool_call_id.0.as_ref() == "call_fix"
+                && up.fields.status == Some(ToolCallStatus::Completed))),
+        "{updates:#?}"
+    );
+    // The prompt's request carried the woken turn before it.
+    let received = server.received();
+    assert_eq!(received.len(), 3);
+    let messages = received[2].body["messages"].to_string();
+    assert!(
+        messages.find("Fixed.").unwrap() < messages.find("is it fixed?").unwrap(),
+        "{messages}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
+    use support::{Call, MockServer, Reply, openai_sse};
+    let server = MockServer::start(vec![
+        Reply::sse(openai_sse(
+            "Building.",
+            &[Call {
+                id: "call_build",
+                name: "run_command",
+                arguments: serde_json::json!({"command": "echo built"}),
+            }],
+        )),
+        // The last answer of the first prompt comes slowly: a notification
+        // sent meanwhile has no tool result left to ride on, and wakes the
+        // agent when the turn ends.
+        Reply::Sse {
+            body: openai_sse("Built, and nothing more to run.", &[]),
+            chunk: 16,
+            delay: Duration::from_millis(60),
+        },
+        Reply::sse(openai_sse("Woken.", &[])),
+        Reply::sse(openai_sse("Second prompt.", &[])),
+    ])
+    .await;
+    let dirs = Dirs::new();
+    let data = tempfile::tempdir().unwrap();
+    let config = write_file(
+        data.path(),
+        "toolwire.toml",
+        "[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0\n[acp.permissions]\nrun_command = \"allow\"\n",
+    );
+    let db = sqlite_in(data.path());
+    let log = data.path().join("acp.log");
+    let (child, transport, _) = spawn_logging(
+        dirs.home(),
+        &openai_args(&server.url, &db, &config),
+        Some(&log),
+    );
+    let (editor, mut running) = Editor::new().telling_when_running();
+    let cwd = dirs.cwd();
+    let (first, second) = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "build"));
+            running.recv().await;
+            // The command is done and the answer streams.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cx.send_notification(UntypedMessage::new(
+                "_toolwire/notify",
+                serde_json::json!({"sessionId": session.0, "source": "ci", "text": "the build failed"}),
+            )?)?;
+            // Queued behind the first: the woken turn is its to show.
+            let second = cx.send_request(prompt_request(&session, "and now?"));
+            Ok((
+                first.block_task().await?.stop_reason,
+                second.block_task().await?.stop_reason,
+            ))
+        })
+        .await;
+    drop(child);
+    assert_eq!((first, second), (StopReason::EndTurn, StopReason::EndTurn));
+    let received = server.received();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let third = received[2].body["messages"].to_string();
+    assert!(third.contains("the build failed"), "{third}");
+    let said = said(&editor.updates()).join("\n");
+    // When the woken turn starts as the first prompt's turn ends, before
+    // the second sends, that prompt shows it, then runs. Should the second
+    // prompt send first, its own turn reads the notification.
+    if received.len() == 4 {
+        assert!(!third.contains("and now?"), "{third}");
+        let (woke, then) = (
+            said.find("Woken.").unwrap(),
+            said.find("Second prompt.").unwrap(),
+        );
+        assert!(woke < then, "{said}");
+        assert!(log.contains("shown before the prompt's"), "{log}");
+    } else {
+        assert_eq!(received.len(), 3, "{log}");
+        assert!(third.contains("and now?"), "{third}");
+    }
+    eprintln!("{} model calls", received.len());
+}

@@ -1,0 +1,94 @@
+//! Turns the engine starts itself in an open session (a waking
+//! notification: a `_toolwire/notify` from a source in
+//! `notifications.wake`, a background command's end) are shown to the
+//! editor as they run, and their permission requests asked, as a prompt's
+//! turn is: the editor is not left with a thread that changed unseen, nor
+//! with calls that wait for an answer nobody is asked for.
+//!
+//! Each open session has one task following its conversation. A turn is
+//! its to show when this engine started it itself and, as its start is
+//! read, no prompt holds or waits for the session's turn and the prompts
+//! went past no later event: every turn a prompt starts or follows (its
+//! own, a permission answer's, an interjection's, a compaction's) is then
+//! the prompt's. While a woken turn is shown it
+//! holds the session's turn, so a prompt that comes meanwhile waits for it
+//! (or joins it, with `acp.prompt_while_running = "interject"`), never
+//! refused. A prompt that took the turn first and finds the engine's turn
+//! running shows it itself before its own (`session::run_prompt`).
+
+use std::sync::atomic::Ordering;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::SessionId;
+use toolwire_core::AgentEvent;
+use toolwire_engine::Engine;
+
+use crate::session::{self, Start};
+use crate::sessions;
+use crate::state::{AbortOnDrop, Session};
+
+/// Follows `session_id`'s conversation and shows each turn the engine
+/// starts itself there; `open` gives the session while it is open (the
+/// task ends once it is not). Stops when the returned guard is dropped.
+pub(crate) fn follow(
+    engine: Engine,
+    session_id: SessionId,
+    cx: ConnectionTo<Client>,
+    open: impl Fn() -> Option<Session> + Send + 'static,
+) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let Ok(conversation) = session_id.0.parse() else {
+            return;
+        };
+        let mut follower = engine.follow(conversation);
+        loop {
+            let batch = match follower.next().await {
+                Ok(Some(batch)) => batch,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(session = %session_id.0, error = %e, "following the session for turns the engine starts");
+                    return;
+                }
+            };
+            for stored in batch {
+                let AgentEvent::TurnStarted { run_id, .. } = &stored.event else {
+                    continue;
+                };
+                let run_id = *run_id;
+                // A front door's turn (here or on another instance) is
+                // that front door's.
+                if !engine.started_itself(run_id) {
+                    continue;
+                }
+                let Some(session) = open() else {
+                    return;
+                };
+                if stored.seq <= session.shown_through.load(Ordering::SeqCst)
+                    || session.waiting.load(Ordering::SeqCst) > 0
+                {
+                    continue;
+                }
+                // A prompt holds the turn: this one is its to show.
+                let Ok(_turn) = session.turns.clone().try_lock_owned() else {
+                    continue;
+                };
+                let Some(_running) = session.start_prompt() else {
+                    continue;
+                };
+                session.cancelled.store(false, Ordering::SeqCst);
+                tracing::info!(session = %session_id.0, run = %run_id, "ACP: showing a turn the engine started itself");
+                let start = Start::Woken {
+                    run: run_id,
+                    after: stored.seq,
+                };
+                if let Err(e) =
+                    session::run_prompt(&engine, &session, session_id.clone(), start, "", &cx).await
+                {
+                    tracing::warn!(session = %session_id.0, error = %e, "showing a turn the engine started itself");
+                }
+                sessions::touch(&engine, conversation, &session.cwd, session.mode(), "").await;
+            }
+        }
+    }))
+}
