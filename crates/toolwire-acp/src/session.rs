@@ -16,7 +16,7 @@ use toolwire_core::{
     AgentEvent, ContentBlock, ConversationId, GatedCall, Message, OUTPUT_LIMIT, OutputTail, Role,
     RunId, StopReason, ToolCallContent, ToolCallId, ToolCallStatus,
 };
-use toolwire_engine::{Engine, EngineError, Responded, TurnOptions};
+use toolwire_engine::{Engine, EngineError, Responded};
 use toolwire_tools::builtin::UPDATE_PLAN;
 
 use crate::errors::{internal, invalid_params};
@@ -95,7 +95,6 @@ pub(crate) async fn run_prompt(
         Start::Woken { after, .. } => engine.follow_after(conversation, *after),
         _ => engine.follow(conversation),
     };
-    let options = || session.turn_options();
     let mut tally = tally(engine, session).await;
     if !tally.titled
         && let Some(title) = sessions::title_of(text)
@@ -133,24 +132,20 @@ pub(crate) async fn run_prompt(
     let _stop_forwarding = AbortOnDrop(forward);
     let mut meter = Meter::new(engine, session.model().as_deref(), tally.spent);
     let mut updates = Updates::new(session_id.clone(), session, cx).metered(&mut meter);
-    let result = match start {
+    let mut showing = Showing {
+        engine,
+        session,
+        session_id: &session_id,
+        cx,
+        updates: &mut updates,
+        batches: &mut batches,
+    };
+    let started = match start {
         Start::Running(handle) => Ok(Ok(Following::Handle(handle))),
         Start::Woken { run, .. } => Ok(Ok(Following::Run(run))),
-        Start::Send(content) => {
-            send(
-                engine,
-                session,
-                &session_id,
-                cx,
-                &mut updates,
-                &mut batches,
-                content,
-                &options,
-            )
-            .await
-        }
+        Start::Send(content) => showing.send(content).await,
     };
-    let result = match result {
+    let result = match started {
         Ok(Err(answered)) => Ok(answered),
         Ok(Ok(following)) => {
             // A cancel that came before the turn started found nothing to
@@ -158,17 +153,7 @@ pub(crate) async fn run_prompt(
             if session.cancelled.load(Ordering::SeqCst) {
                 engine.cancel(conversation);
             }
-            drive(
-                engine,
-                session,
-                &session_id,
-                cx,
-                &mut updates,
-                &mut batches,
-                following,
-                &options,
-            )
-            .await
+            showing.drive(following).await
         }
         Err(e) => Err(e),
     };
@@ -246,186 +231,238 @@ type Batches = tokio::sync::mpsc::Receiver<Vec<toolwire_store::StoredEvent>>;
 /// its reading; beyond it, the store holds them.
 const FOLLOW_BATCHES: usize = 64;
 
-/// The turn loop of [`run_prompt`]: events to updates, pauses to
-/// permission requests, to the turn's end.
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    engine: &Engine,
-    session: &Session,
-    session_id: &SessionId,
-    cx: &ConnectionTo<Client>,
-    updates: &mut Updates<'_>,
-    batches: &mut Batches,
-    mut following: Following,
-    options: &impl Fn() -> TurnOptions,
-) -> Result<PromptResponse, agent_client_protocol::Error> {
-    let conversation = session.conversation;
-    loop {
-        let run_id = following.run_id();
-        let mut gated: Option<Vec<GatedCall>> = None;
-        let mut stopped = None;
-        'events: loop {
-            let deadline = updates.next_deadline();
+/// A prompt's turns as they are shown: the engine and the session, the
+/// editor, the updates it is sent and the events read for it.
+struct Showing<'a, 'u> {
+    engine: &'a Engine,
+    session: &'a Session,
+    session_id: &'a SessionId,
+    cx: &'a ConnectionTo<Client>,
+    updates: &'a mut Updates<'u>,
+    batches: &'a mut Batches,
+}
+
+impl Showing<'_, '_> {
+    /// The turn loop of [`run_prompt`]: events to updates, pauses to
+    /// permission requests, to the turn's end.
+    async fn drive(
+        &mut self,
+        mut following: Following,
+    ) -> Result<PromptResponse, agent_client_protocol::Error> {
+        let Showing {
+            engine,
+            session,
+            session_id,
+            cx,
+            ..
+        } = *self;
+        let conversation = session.conversation;
+        loop {
+            let run_id = following.run_id();
+            let mut gated: Option<Vec<GatedCall>> = None;
+            let mut stopped = None;
+            'events: loop {
+                let deadline = self.updates.next_deadline();
+                let batch = tokio::select! {
+                    batch = self.batches.recv() => batch,
+                    () = sleep_until(deadline) => {
+                        self.updates.tick(Instant::now())?;
+                        continue;
+                    }
+                };
+                let Some(batch) = batch else { break };
+                for stored in batch {
+                    session
+                        .shown_through
+                        .fetch_max(stored.seq, Ordering::SeqCst);
+                    if stored.event.run_id() != run_id {
+                        continue;
+                    }
+                    if let AgentEvent::Stopped { reason, error, .. } = &stored.event {
+                        stopped = Some((*reason, error.clone()));
+                        break 'events;
+                    }
+                    if let AgentEvent::ApprovalRequested { calls, .. } = &stored.event {
+                        gated = Some(calls.clone());
+                    }
+                    self.updates.event(&stored.event)?;
+                }
+            }
+            let (reason, error) = following.ended(stopped).await;
+            let cancelled = || session.cancelled.load(Ordering::SeqCst);
+            if reason == StopReason::RequiresApproval && !cancelled() {
+                let calls = match gated {
+                    Some(calls) => calls,
+                    None => engine
+                        .pending_approval(conversation)
+                        .await
+                        .map_err(internal)?
+                        .map(|p| p.calls)
+                        .unwrap_or_default(),
+                };
+                let decisions =
+                    match ask(engine, session, session_id, cx, &calls, self.updates).await {
+                        Ok(decisions) => decisions,
+                        Err(e) => {
+                            // The editor could not be asked: the conversation must
+                            // not stay paused, or every later prompt is refused.
+                            abandon_pending(engine, conversation, "the editor could not be asked")
+                                .await;
+                            return Err(e);
+                        }
+                    };
+                if !cancelled() {
+                    match engine
+                        .respond(conversation, decisions, None, session.turn_options())
+                        .await
+                        .map_err(internal)?
+                    {
+                        Responded::Started(next) => {
+                            following = Following::Handle(next);
+                            hand_over_late_words(engine, session).await;
+                            continue;
+                        }
+                        Responded::AlreadyApplied => {
+                            return Ok(PromptResponse::new(acp::StopReason::EndTurn));
+                        }
+                    }
+                }
+            }
+            if cancelled() {
+                if reason == StopReason::RequiresApproval {
+                    abandon_pending(engine, conversation, "cancelled").await;
+                }
+                return Ok(PromptResponse::new(acp::StopReason::Cancelled));
+            }
+            let stopped_as = reason;
+            let mut reason = reason;
+            // Words interjected too late for this turn start the next one: the
+            // prompt goes on to its end, so its editor sees the answer.
+            if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
+                if let Some(next) = self.follow_handover(run_id).await? {
+                    reason = next;
+                }
+                if cancelled() {
+                    return Ok(PromptResponse::new(acp::StopReason::Cancelled));
+                }
+            }
+            if reason == StopReason::RequiresApproval {
+                // Its calls wait for the next prompt, which ends them unrun.
+                tracing::warn!(%conversation, "the turn an interjection started waits for answers no prompt asks for");
+                reason = StopReason::EndTurn;
+            }
+            return match convert::stop_reason(reason) {
+                Some(reason) => Ok(PromptResponse::new(reason)),
+                None => Err(internal(format!(
+                    "the turn stopped with {}: {}",
+                    stopped_as.as_str(),
+                    error.unwrap_or_default()
+                ))),
+            };
+        }
+    }
+
+    /// Sends the prompt's user message and returns the turn it starts, or how
+    /// the prompt is answered without one. A turn the engine started itself
+    /// (a waking notification that came just before) is shown to its end
+    /// first, asked about as the prompt's own would be; then the message goes.
+    async fn send(
+        &mut self,
+        content: Vec<ContentBlock>,
+    ) -> Result<Result<Following, PromptResponse>, agent_client_protocol::Error> {
+        let (engine, conversation) = (self.engine, self.session.conversation);
+        let mut attempts = 0;
+        loop {
+            // A turn paused for answers no prompt is asking for (one whose
+            // editor went away while asking) would refuse this prompt: its
+            // calls are not run, and the model is told.
+            abandon_pending(
+                engine,
+                conversation,
+                "no one answered: a new prompt came first",
+            )
+            .await;
+            let error = match engine
+                .send_content_with(
+                    conversation,
+                    content.clone(),
+                    None,
+                    self.session.turn_options(),
+                )
+                .await
+            {
+                Ok(handle) => return Ok(Ok(Following::Handle(handle))),
+                Err(e) => e,
+            };
+            match error {
+                EngineError::TurnInProgress(_) if attempts < SEND_ATTEMPTS => {
+                    attempts += 1;
+                    match engine.running_run(conversation) {
+                        Some(run) => {
+                            tracing::info!(%conversation, "a turn the engine started itself runs: shown before the prompt's");
+                            let shown = self.drive(Following::Run(run)).await?;
+                            if shown.stop_reason == acp::StopReason::Cancelled {
+                                return Ok(Err(shown));
+                            }
+                        }
+                        // Run by another instance, or just ended.
+                        None => tokio::time::sleep(SEND_RETRY).await,
+                    }
+                }
+                e @ (EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. }) => {
+                    return Err(invalid_params(e.to_string()));
+                }
+                e => return Err(internal(e)),
+            }
+        }
+    }
+
+    /// Follows the turn that words interjected too late for turn `ended`
+    /// started, to its end; `None` when no such turn comes (the engine is
+    /// idle) or the events end.
+    async fn follow_handover(
+        &mut self,
+        ended: RunId,
+    ) -> Result<Option<StopReason>, agent_client_protocol::Error> {
+        let (engine, session) = (self.engine, self.session);
+        let mut run = None;
+        loop {
+            let deadline = self.updates.next_deadline();
             let batch = tokio::select! {
-                batch = batches.recv() => batch,
+                batch = self.batches.recv() => batch,
                 () = sleep_until(deadline) => {
-                    updates.tick(Instant::now())?;
+                    self.updates.tick(Instant::now())?;
                     continue;
                 }
+                () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
+                    if engine.is_running(session.conversation) {
+                        continue;
+                    }
+                    return Ok(None);
+                }
             };
-            let Some(batch) = batch else { break };
+            let Some(batch) = batch else {
+                return Ok(None);
+            };
             for stored in batch {
                 session
                     .shown_through
                     .fetch_max(stored.seq, Ordering::SeqCst);
-                if stored.event.run_id() != run_id {
+                let id = stored.event.run_id();
+                if id == ended {
                     continue;
                 }
-                if let AgentEvent::Stopped { reason, error, .. } = &stored.event {
-                    stopped = Some((*reason, error.clone()));
-                    break 'events;
+                if run.is_none() && matches!(stored.event, AgentEvent::TurnStarted { .. }) {
+                    run = Some(id);
                 }
-                if let AgentEvent::ApprovalRequested { calls, .. } = &stored.event {
-                    gated = Some(calls.clone());
+                if Some(id) != run {
+                    continue;
                 }
-                updates.event(&stored.event)?;
-            }
-        }
-        let (reason, error) = following.ended(stopped).await;
-        let cancelled = || session.cancelled.load(Ordering::SeqCst);
-        if reason == StopReason::RequiresApproval && !cancelled() {
-            let calls = match gated {
-                Some(calls) => calls,
-                None => engine
-                    .pending_approval(conversation)
-                    .await
-                    .map_err(internal)?
-                    .map(|p| p.calls)
-                    .unwrap_or_default(),
-            };
-            let decisions = match ask(engine, session, session_id, cx, &calls, updates).await {
-                Ok(decisions) => decisions,
-                Err(e) => {
-                    // The editor could not be asked: the conversation must
-                    // not stay paused, or every later prompt is refused.
-                    abandon_pending(engine, conversation, "the editor could not be asked").await;
-                    return Err(e);
+                if let AgentEvent::Stopped { reason, .. } = &stored.event {
+                    return Ok(Some(*reason));
                 }
-            };
-            if !cancelled() {
-                match engine
-                    .respond(conversation, decisions, None, options())
-                    .await
-                    .map_err(internal)?
-                {
-                    Responded::Started(next) => {
-                        following = Following::Handle(next);
-                        hand_over_late_words(engine, session).await;
-                        continue;
-                    }
-                    Responded::AlreadyApplied => {
-                        return Ok(PromptResponse::new(acp::StopReason::EndTurn));
-                    }
-                }
+                self.updates.event(&stored.event)?;
             }
-        }
-        if cancelled() {
-            if reason == StopReason::RequiresApproval {
-                abandon_pending(engine, conversation, "cancelled").await;
-            }
-            return Ok(PromptResponse::new(acp::StopReason::Cancelled));
-        }
-        let stopped_as = reason;
-        let mut reason = reason;
-        // Words interjected too late for this turn start the next one: the
-        // prompt goes on to its end, so its editor sees the answer.
-        if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
-            if let Some(next) = follow_handover(engine, session, run_id, updates, batches).await? {
-                reason = next;
-            }
-            if cancelled() {
-                return Ok(PromptResponse::new(acp::StopReason::Cancelled));
-            }
-        }
-        if reason == StopReason::RequiresApproval {
-            // Its calls wait for the next prompt, which ends them unrun.
-            tracing::warn!(%conversation, "the turn an interjection started waits for answers no prompt asks for");
-            reason = StopReason::EndTurn;
-        }
-        return match convert::stop_reason(reason) {
-            Some(reason) => Ok(PromptResponse::new(reason)),
-            None => Err(internal(format!(
-                "the turn stopped with {}: {}",
-                stopped_as.as_str(),
-                error.unwrap_or_default()
-            ))),
-        };
-    }
-}
-
-/// Sends the prompt's user message and returns the turn it starts, or how
-/// the prompt is answered without one. A turn the engine started itself
-/// (a waking notification that came just before) is shown to its end
-/// first, asked about as the prompt's own would be; then the message goes.
-#[allow(clippy::too_many_arguments)]
-async fn send(
-    engine: &Engine,
-    session: &Session,
-    session_id: &SessionId,
-    cx: &ConnectionTo<Client>,
-    updates: &mut Updates<'_>,
-    batches: &mut Batches,
-    content: Vec<ContentBlock>,
-    options: &impl Fn() -> TurnOptions,
-) -> Result<Result<Following, PromptResponse>, agent_client_protocol::Error> {
-    let conversation = session.conversation;
-    let mut attempts = 0;
-    loop {
-        // A turn paused for answers no prompt is asking for (one whose
-        // editor went away while asking) would refuse this prompt: its
-        // calls are not run, and the model is told.
-        abandon_pending(
-            engine,
-            conversation,
-            "no one answered: a new prompt came first",
-        )
-        .await;
-        let error = match engine
-            .send_content_with(conversation, content.clone(), None, options())
-            .await
-        {
-            Ok(handle) => return Ok(Ok(Following::Handle(handle))),
-            Err(e) => e,
-        };
-        match error {
-            EngineError::TurnInProgress(_) if attempts < SEND_ATTEMPTS => {
-                attempts += 1;
-                match engine.running_run(conversation) {
-                    Some(run) => {
-                        tracing::info!(%conversation, "a turn the engine started itself runs: shown before the prompt's");
-                        let shown = drive(
-                            engine,
-                            session,
-                            session_id,
-                            cx,
-                            updates,
-                            batches,
-                            Following::Run(run),
-                            options,
-                        )
-                        .await?;
-                        if shown.stop_reason == acp::StopReason::Cancelled {
-                            return Ok(Err(shown));
-                        }
-                    }
-                    // Run by another instance, or just ended.
-                    None => tokio::time::sleep(SEND_RETRY).await,
-                }
-            }
-            e @ (EngineError::TurnInProgress(_) | EngineError::ApprovalPending { .. }) => {
-                return Err(invalid_params(e.to_string()));
-            }
-            e => return Err(internal(e)),
         }
     }
 }
@@ -450,57 +487,6 @@ async fn hand_over_late_words(engine: &Engine, session: &Session) {
                 tracing::warn!(conversation = %session.conversation, error = %e, "interjected words not handed over");
                 session.late_words.put_back(ticket, words);
             }
-        }
-    }
-}
-
-/// Follows the turn that words interjected too late for turn `ended`
-/// started, to its end; `None` when no such turn comes (the engine is
-/// idle) or the events end.
-async fn follow_handover(
-    engine: &Engine,
-    session: &Session,
-    ended: toolwire_core::RunId,
-    updates: &mut Updates<'_>,
-    batches: &mut Batches,
-) -> Result<Option<StopReason>, agent_client_protocol::Error> {
-    let mut run = None;
-    loop {
-        let deadline = updates.next_deadline();
-        let batch = tokio::select! {
-            batch = batches.recv() => batch,
-            () = sleep_until(deadline) => {
-                updates.tick(Instant::now())?;
-                continue;
-            }
-            () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
-                if engine.is_running(session.conversation) {
-                    continue;
-                }
-                return Ok(None);
-            }
-        };
-        let Some(batch) = batch else {
-            return Ok(None);
-        };
-        for stored in batch {
-            session
-                .shown_through
-                .fetch_max(stored.seq, Ordering::SeqCst);
-            let id = stored.event.run_id();
-            if id == ended {
-                continue;
-            }
-            if run.is_none() && matches!(stored.event, AgentEvent::TurnStarted { .. }) {
-                run = Some(id);
-            }
-            if Some(id) != run {
-                continue;
-            }
-            if let AgentEvent::Stopped { reason, .. } = &stored.event {
-                return Ok(Some(*reason));
-            }
-            updates.event(&stored.event)?;
         }
     }
 }

@@ -29,8 +29,8 @@ use crate::sessions;
 use crate::state::{AbortOnDrop, Session};
 
 /// Follows `session_id`'s conversation and shows each turn the engine
-/// starts itself there; `open` gives the session while it is open (the
-/// task ends once it is not). Stops when the returned guard is dropped.
+/// starts itself there; `open` gives the session while it is open. Stops
+/// when the returned guard is dropped (with the session).
 pub(crate) fn follow(
     engine: Engine,
     session_id: SessionId,
@@ -61,8 +61,10 @@ pub(crate) fn follow(
                 if !engine.started_itself(run_id) {
                     continue;
                 }
+                // Not open yet (the follower starts first), or closed: the
+                // task ends with the session's last clone.
                 let Some(session) = open() else {
-                    return;
+                    continue;
                 };
                 if stored.seq <= session.shown_through.load(Ordering::SeqCst)
                     || session.waiting.load(Ordering::SeqCst) > 0
