@@ -667,11 +667,12 @@ impl AcpAgent {
             return Arc::from(Vec::new());
         };
         let mut watchers = Vec::with_capacity(1 + additional.len());
-        let roots =
-            std::iter::once((cwd, false)).chain(additional.iter().map(|r| (r.as_path(), true)));
-        for (root, absolute) in roots {
+        // A change in the cwd is named relative to it; elsewhere, under
+        // its root.
+        let roots = std::iter::once((cwd, None))
+            .chain(additional.iter().map(|r| (r.as_path(), Some(r.clone()))));
+        for (root, named) in roots {
             let engine = self.engine.clone();
-            let named = absolute.then(|| root.to_path_buf());
             // The sink runs on the watcher's own thread; the notification
             // is async.
             let runtime = tokio::runtime::Handle::current();

@@ -15,21 +15,11 @@ use toolwire_engine::SystemPrompt;
 /// `incoming` from the watcher of additional root `root`: a changed file
 /// named by its absolute path, since the model reads a relative path as
 /// the cwd's.
-pub(crate) fn beneath(root: &Path, incoming: Incoming) -> Incoming {
-    match incoming {
-        Incoming::File {
-            source,
-            priority,
-            path,
-            change,
-        } => Incoming::File {
-            source,
-            priority,
-            path: root.join(path).display().to_string(),
-            change,
-        },
-        other => other,
+pub(crate) fn beneath(root: &Path, mut incoming: Incoming) -> Incoming {
+    if let Incoming::File { path, .. } = &mut incoming {
+        *path = root.join(&*path).display().to_string();
     }
+    incoming
 }
 
 /// The addition to the system prompt naming the additional roots.

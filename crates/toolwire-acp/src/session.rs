@@ -26,7 +26,7 @@ use crate::updates::{Updates, add_metrics};
 use crate::usage::{self, Meter};
 use crate::views::Views;
 use crate::{convert, sessions, titles, views};
-use toolwire_store::Blob;
+use toolwire_store::{Blob, StoredEvent};
 
 /// How a prompt's turn starts.
 pub(crate) enum Start {
@@ -71,6 +71,15 @@ impl Following {
             ),
         }
     }
+}
+
+/// What sending a prompt's message came to.
+enum Sent {
+    /// The turn it started, to follow.
+    Turn(Following),
+    /// No turn: the prompt is answered so (cancelled while a turn the
+    /// engine started itself was shown first).
+    Answered(PromptResponse),
 }
 
 /// How often a prompt that found a turn the engine started itself sends
@@ -141,13 +150,13 @@ pub(crate) async fn run_prompt(
         batches: &mut batches,
     };
     let started = match start {
-        Start::Running(handle) => Ok(Ok(Following::Handle(handle))),
-        Start::Woken { run, .. } => Ok(Ok(Following::Run(run))),
+        Start::Running(handle) => Ok(Sent::Turn(Following::Handle(handle))),
+        Start::Woken { run, .. } => Ok(Sent::Turn(Following::Run(run))),
         Start::Send(content) => showing.send(content).await,
     };
     let result = match started {
-        Ok(Err(answered)) => Ok(answered),
-        Ok(Ok(following)) => {
+        Ok(Sent::Answered(answered)) => Ok(answered),
+        Ok(Sent::Turn(following)) => {
             // A cancel that came before the turn started found nothing to
             // stop.
             if session.cancelled.load(Ordering::SeqCst) {
@@ -225,7 +234,7 @@ fn set_tally(session: &Session, tally: Tally) {
     }
 }
 
-type Batches = tokio::sync::mpsc::Receiver<Vec<toolwire_store::StoredEvent>>;
+type Batches = tokio::sync::mpsc::Receiver<Vec<StoredEvent>>;
 
 /// Batches of events waiting for the editor: enough to ride out a pause in
 /// its reading; beyond it, the store holds them.
@@ -243,6 +252,28 @@ struct Showing<'a, 'u> {
 }
 
 impl Showing<'_, '_> {
+    /// The next batch of events, the coalescing timer served while it
+    /// waits; `None` once the events end.
+    async fn next_batch(
+        &mut self,
+    ) -> Result<Option<Vec<StoredEvent>>, agent_client_protocol::Error> {
+        loop {
+            let deadline = self.updates.next_deadline();
+            tokio::select! {
+                batch = self.batches.recv() => return Ok(batch),
+                () = sleep_until(deadline) => self.updates.tick(Instant::now())?,
+            }
+        }
+    }
+
+    /// Notes that the prompt went past `stored` (the woken-turn follower
+    /// leaves it alone).
+    fn went_past(&self, stored: &StoredEvent) {
+        self.session
+            .shown_through
+            .fetch_max(stored.seq, Ordering::SeqCst);
+    }
+
     /// The turn loop of [`run_prompt`]: events to updates, pauses to
     /// permission requests, to the turn's end.
     async fn drive(
@@ -261,20 +292,9 @@ impl Showing<'_, '_> {
             let run_id = following.run_id();
             let mut gated: Option<Vec<GatedCall>> = None;
             let mut stopped = None;
-            'events: loop {
-                let deadline = self.updates.next_deadline();
-                let batch = tokio::select! {
-                    batch = self.batches.recv() => batch,
-                    () = sleep_until(deadline) => {
-                        self.updates.tick(Instant::now())?;
-                        continue;
-                    }
-                };
-                let Some(batch) = batch else { break };
+            'events: while let Some(batch) = self.next_batch().await? {
                 for stored in batch {
-                    session
-                        .shown_through
-                        .fetch_max(stored.seq, Ordering::SeqCst);
+                    self.went_past(&stored);
                     if stored.event.run_id() != run_id {
                         continue;
                     }
@@ -369,7 +389,7 @@ impl Showing<'_, '_> {
     async fn send(
         &mut self,
         content: Vec<ContentBlock>,
-    ) -> Result<Result<Following, PromptResponse>, agent_client_protocol::Error> {
+    ) -> Result<Sent, agent_client_protocol::Error> {
         let (engine, conversation) = (self.engine, self.session.conversation);
         let mut attempts = 0;
         loop {
@@ -391,7 +411,7 @@ impl Showing<'_, '_> {
                 )
                 .await
             {
-                Ok(handle) => return Ok(Ok(Following::Handle(handle))),
+                Ok(handle) => return Ok(Sent::Turn(Following::Handle(handle))),
                 Err(e) => e,
             };
             match error {
@@ -402,7 +422,7 @@ impl Showing<'_, '_> {
                             tracing::info!(%conversation, "a turn the engine started itself runs: shown before the prompt's");
                             let shown = self.drive(Following::Run(run)).await?;
                             if shown.stop_reason == acp::StopReason::Cancelled {
-                                return Ok(Err(shown));
+                                return Ok(Sent::Answered(shown));
                             }
                         }
                         // Run by another instance, or just ended.
@@ -427,13 +447,8 @@ impl Showing<'_, '_> {
         let (engine, session) = (self.engine, self.session);
         let mut run = None;
         loop {
-            let deadline = self.updates.next_deadline();
             let batch = tokio::select! {
-                batch = self.batches.recv() => batch,
-                () = sleep_until(deadline) => {
-                    self.updates.tick(Instant::now())?;
-                    continue;
-                }
+                batch = self.next_batch() => batch?,
                 () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
                     if engine.is_running(session.conversation) {
                         continue;
@@ -445,9 +460,7 @@ impl Showing<'_, '_> {
                 return Ok(None);
             };
             for stored in batch {
-                session
-                    .shown_through
-                    .fetch_max(stored.seq, Ordering::SeqCst);
+                self.went_past(&stored);
                 let id = stored.event.run_id();
                 if id == ended {
                     continue;

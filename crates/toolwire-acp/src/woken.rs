@@ -90,6 +90,13 @@ pub(crate) fn follow(
                     tracing::warn!(session = %session_id.0, error = %e, "showing a turn the engine started itself");
                 }
                 sessions::touch(&engine, conversation, &session.cwd, session.mode(), "").await;
+                // Followed again from where the show left off (never before
+                // this turn's start): what it went past is not read back
+                // from the store (this follower fell behind meanwhile), and
+                // what it did not is read again.
+                let shown = session.shown_through.load(Ordering::SeqCst);
+                follower = engine.follow_after(conversation, shown.max(stored.seq));
+                break;
             }
         }
     }))

@@ -620,11 +620,7 @@ impl Engine {
 
     /// Whether a turn is running in `conversation`.
     pub fn is_running(&self, conversation: ConversationId) -> bool {
-        self.inner
-            .active
-            .lock()
-            .map(|a| a.contains_key(&conversation))
-            .unwrap_or(false)
+        self.running_run(conversation).is_some()
     }
 
     /// Whether this engine started run `run` itself (a wake, an
