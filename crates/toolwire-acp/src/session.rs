@@ -148,6 +148,7 @@ pub(crate) async fn run_prompt(
         cx,
         updates: &mut updates,
         batches: &mut batches,
+        unread: None,
     };
     let started = match start {
         Start::Running(handle) => Ok(Sent::Turn(Following::Handle(handle))),
@@ -249,6 +250,9 @@ struct Showing<'a, 'u> {
     cx: &'a ConnectionTo<Client>,
     updates: &'a mut Updates<'u>,
     batches: &'a mut Batches,
+    /// Events read and not shown yet: the rest of a batch in which the
+    /// turn to follow next started.
+    unread: Option<Vec<StoredEvent>>,
 }
 
 impl Showing<'_, '_> {
@@ -257,6 +261,9 @@ impl Showing<'_, '_> {
     async fn next_batch(
         &mut self,
     ) -> Result<Option<Vec<StoredEvent>>, agent_client_protocol::Error> {
+        if let Some(unread) = self.unread.take() {
+            return Ok(Some(unread));
+        }
         loop {
             let deadline = self.updates.next_deadline();
             tokio::select! {
@@ -354,28 +361,21 @@ impl Showing<'_, '_> {
                 }
                 return Ok(PromptResponse::new(acp::StopReason::Cancelled));
             }
-            let stopped_as = reason;
-            let mut reason = reason;
-            // Words interjected too late for this turn start the next one: the
-            // prompt goes on to its end, so its editor sees the answer.
-            if reason == StopReason::EndTurn && session.interjected.swap(0, Ordering::SeqCst) > 0 {
-                if let Some(next) = self.follow_handover(run_id).await? {
-                    reason = next;
-                }
-                if cancelled() {
-                    return Ok(PromptResponse::new(acp::StopReason::Cancelled));
-                }
-            }
-            if reason == StopReason::RequiresApproval {
-                // Its calls wait for the next prompt, which ends them unrun.
-                tracing::warn!(%conversation, "the turn an interjection started waits for answers no prompt asks for");
-                reason = StopReason::EndTurn;
+            // Words interjected too late for this turn start the next one:
+            // the prompt shows it as its own (asking about its calls), so
+            // its editor sees the answer.
+            if reason == StopReason::EndTurn
+                && session.interjected.swap(0, Ordering::SeqCst) > 0
+                && let Some(next) = self.handover(run_id).await?
+            {
+                following = Following::Run(next);
+                continue;
             }
             return match convert::stop_reason(reason) {
                 Some(reason) => Ok(PromptResponse::new(reason)),
                 None => Err(internal(format!(
                     "the turn stopped with {}: {}",
-                    stopped_as.as_str(),
+                    reason.as_str(),
                     error.unwrap_or_default()
                 ))),
             };
@@ -437,44 +437,39 @@ impl Showing<'_, '_> {
         }
     }
 
-    /// Follows the turn that words interjected too late for turn `ended`
-    /// started, to its end; `None` when no such turn comes (the engine is
-    /// idle) or the events end.
-    async fn follow_handover(
+    /// The turn that words interjected too late for turn `ended` started,
+    /// its events from its start left for [`drive`](Self::drive) to show;
+    /// `None` when no such turn comes (the engine is idle) or the events
+    /// end.
+    async fn handover(
         &mut self,
         ended: RunId,
-    ) -> Result<Option<StopReason>, agent_client_protocol::Error> {
+    ) -> Result<Option<RunId>, agent_client_protocol::Error> {
         let (engine, session) = (self.engine, self.session);
-        let mut run = None;
         loop {
             let batch = tokio::select! {
                 batch = self.next_batch() => batch?,
-                () = tokio::time::sleep(HANDOVER_POLL), if run.is_none() => {
+                () = tokio::time::sleep(HANDOVER_POLL) => {
                     if engine.is_running(session.conversation) {
                         continue;
                     }
                     return Ok(None);
                 }
             };
-            let Some(batch) = batch else {
+            let Some(mut batch) = batch else {
                 return Ok(None);
             };
-            for stored in batch {
-                self.went_past(&stored);
-                let id = stored.event.run_id();
-                if id == ended {
-                    continue;
-                }
-                if run.is_none() && matches!(stored.event, AgentEvent::TurnStarted { .. }) {
-                    run = Some(id);
-                }
-                if Some(id) != run {
-                    continue;
-                }
-                if let AgentEvent::Stopped { reason, .. } = &stored.event {
-                    return Ok(Some(*reason));
-                }
-                self.updates.event(&stored.event)?;
+            let start = batch.iter().position(|stored| {
+                stored.event.run_id() != ended
+                    && matches!(stored.event, AgentEvent::TurnStarted { .. })
+            });
+            if let Some(start) = start {
+                let run = batch[start].event.run_id();
+                self.unread = Some(batch.split_off(start));
+                return Ok(Some(run));
+            }
+            if let Some(last) = batch.last() {
+                self.went_past(last);
             }
         }
     }

@@ -358,3 +358,59 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
     }
     eprintln!("{} model calls", received.len());
 }
+
+#[tokio::test]
+async fn a_notification_to_a_parked_session_opens_it_and_its_turn_is_shown() {
+    let dirs = Dirs::new();
+    let script = write_file(
+        dirs.home(),
+        "script.yaml",
+        "steps:\n  - text: \"Looking at the build.\"\n",
+    );
+    let config = write_file(
+        dirs.home(),
+        "toolwire.toml",
+        "[acp]\nmax_open_sessions = 1\n[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0\n",
+    );
+    let log = dirs.home().join("agent.log");
+    let (child, transport, _) = spawn_logging(
+        dirs.home(),
+        &scripted_config_args(&script, &dirs.db(), &config),
+        Some(&log),
+    );
+    let editor = Editor::new();
+    let watching = editor.clone();
+    let cwd = dirs.cwd();
+    editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let first = open_session(&cx, ClientCapabilities::new(), cwd.clone()).await?;
+            // The second session parks the first.
+            open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            cx.send_notification(UntypedMessage::new(
+                "_toolwire/notify",
+                serde_json::json!({"sessionId": first.0, "source": "ci", "text": "the build failed"}),
+            )?)?;
+            for _ in 0..250 {
+                if said(&watching.updates()).iter().any(|s| s.contains("Looking at the build.")) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(())
+        })
+        .await;
+    drop(child);
+    // The woken turn was shown: why it woke, then its words.
+    let said = said(&editor.updates());
+    assert_eq!(
+        said,
+        [
+            "thought: Notifications:\n- [ci] the build failed\n",
+            "said: Looking at the build."
+        ],
+        "{said:#?}"
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("ACP session parked"), "{log}");
+    assert!(log.contains("ACP session opened again"), "{log}");
+}

@@ -607,6 +607,65 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn words_too_late_for_the_turn_start_one_that_is_shown_and_asked_about() {
+    let dirs = Dirs::new();
+    // The running turn answers without a call, slowly: the words come
+    // while it writes, too late for it. The turn they start writes a file
+    // (which asks), then answers.
+    let mock = slow_first(
+        openai_sse(&"A long answer. ".repeat(12), &[]),
+        vec![
+            Reply::sse(openai_sse(
+                "Writing.",
+                &[Call {
+                    id: "w1",
+                    name: "write_file",
+                    arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
+                }],
+            )),
+            Reply::sse(openai_sse("Wrote it.", &[])),
+        ],
+    )
+    .await;
+    let config = config(dirs.home(), &mock.url);
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
+    std::fs::write(&config, toml).unwrap();
+    let args = config_args(dirs.home(), &config);
+    let (answers, wire) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
+    assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
+    assert_eq!(answers[1].0, StopReason::EndTurn, "{answers:?}");
+    // The first prompt showed the turn its words started, to its end.
+    assert!(answers[0].1.ends_with("Writing.Wrote it."), "{answers:?}");
+    // Its call was asked about (the editor allows), ran and completed.
+    let asked: Vec<_> = wire
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asked.len(), 1, "{wire:#?}");
+    assert_eq!(asked[0]["params"]["toolCall"]["toolCallId"], "w1");
+    assert!(
+        wire.iter().any(|m| {
+            let update = &m["params"]["update"];
+            update["toolCallId"] == "w1" && update["status"] == "completed"
+        }),
+        "{wire:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("out.txt")).unwrap(),
+        "hi\n"
+    );
+    // Two turns: the second began with the words, as a user message.
+    let received = mock.received();
+    assert_eq!(received.len(), 3, "model calls");
+    let users = user_texts(&received[1]);
+    assert!(
+        users.last().unwrap().contains("second question"),
+        "{users:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_editors_other_folders_are_in_reach_and_named_to_the_model() {
     let dirs = Dirs::new();
     let other = tempfile::tempdir().unwrap();
