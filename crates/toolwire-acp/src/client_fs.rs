@@ -146,10 +146,23 @@ pub(crate) enum OldText {
     Unavailable(String),
 }
 
-/// Whether the editor answered that the file does not exist (ACP's
-/// `-32002`, resource not found).
-fn is_not_found(e: &agent_client_protocol::Error) -> bool {
-    e.code == agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND
+/// Whether the editor's read error `e` means that `path` does not exist:
+/// ACP's `-32002` (resource not found), or any error for a file that is
+/// not on disk either. Not every client maps a missing file to `-32002`
+/// (an SDK answers a thrown `ENOENT` as `-32603`, internal error); a read
+/// error for a file that does exist is never taken as its absence.
+async fn is_missing(e: &agent_client_protocol::Error, path: &Path) -> bool {
+    if e.code == agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND {
+        return true;
+    }
+    let absent = matches!(
+        tokio::fs::symlink_metadata(path).await,
+        Err(io) if io.kind() == std::io::ErrorKind::NotFound
+    );
+    if absent {
+        tracing::debug!(path = %path.display(), error = %e, "the editor could not read a file that is not on disk: taken as missing");
+    }
+    absent
 }
 
 /// The current text of `path` (already resolved in the session's
@@ -171,7 +184,7 @@ pub(crate) async fn read_for_preview(fs: Option<&ClientFs>, path: &Path) -> OldT
         return match fs.read(path, None, None).await {
             Ok(text) if text.len() > MAX_READ => too_large(),
             Ok(text) => OldText::Text(text),
-            Err(e) if is_not_found(&e) => OldText::Missing,
+            Err(e) if is_missing(&e, path).await => OldText::Missing,
             Err(e) => OldText::Unavailable(format!("the editor could not read it: {}", e.message)),
         };
     }
@@ -306,14 +319,14 @@ impl Tool for ClientApplyDiff {
     async fn call(&self, arguments: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: DiffArgs = parse_args(arguments)?;
         let (path, shown) = self.fs.target(&args.path, None, &ctx)?;
-        // A file the editor reports missing (`-32002`) counts as empty: a
-        // diff that creates it starts from nothing, any other fails to
-        // apply. Any other error is not an empty file.
+        // A missing file counts as empty: a diff that creates it starts
+        // from nothing, any other fails to apply. Any other error is not
+        // an empty file.
         let read = self.fs.read(&path, None, None);
         let old = tokio::select! {
             read = read => match read {
                 Ok(text) => text,
-                Err(e) if is_not_found(&e) => String::new(),
+                Err(e) if is_missing(&e, &path).await => String::new(),
                 Err(e) => {
                     return Err(ToolError::Failed(format!(
                         "`{shown}` unchanged: the editor could not read it: {}",

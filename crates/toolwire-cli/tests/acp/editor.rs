@@ -127,18 +127,22 @@ async fn files_and_commands_through_the_editor(cwd_is_a_link: bool) {
 }
 
 /// Through the editor, `apply_diff` starts a file the editor reports
-/// missing (`-32002`) from nothing, and fails on any other read error
-/// rather than take the file as empty.
+/// missing (`-32002`) from nothing, and one it fails to read that is not
+/// on disk either (a client that answers a missing file with another
+/// error); it fails on a read error for a file that exists rather than
+/// take the file as empty.
 #[tokio::test]
 async fn an_editor_read_error_is_not_an_empty_file() {
     let dirs = Dirs::new();
+    std::fs::write(dirs.project().join("broken.txt"), "on disk\n").unwrap();
     let create = "@@ -0,0 +1 @@\n+created\n";
     let script = json_script(
         dirs.home(),
         serde_json::json!([
             {"tool_calls": [
                 {"name": "apply_diff", "arguments": {"path": "missing.txt", "diff": create}},
-                {"name": "apply_diff", "arguments": {"path": "broken.txt", "diff": create}}
+                {"name": "apply_diff", "arguments": {"path": "broken.txt", "diff": create}},
+                {"name": "apply_diff", "arguments": {"path": "broken-new.txt", "diff": create}}
             ]},
             {"text": "Done."}
         ]),
@@ -154,7 +158,13 @@ async fn an_editor_read_error_is_not_an_empty_file() {
     let log = editor.log.lock().unwrap();
     assert_eq!(
         log.writes,
-        [(dirs.project().join("missing.txt"), "created\n".to_owned())],
+        [
+            (dirs.project().join("missing.txt"), "created\n".to_owned()),
+            (
+                dirs.project().join("broken-new.txt"),
+                "created\n".to_owned()
+            )
+        ],
         "{log:?}"
     );
     let results = results(&editor.updates());
@@ -162,6 +172,28 @@ async fn an_editor_read_error_is_not_an_empty_file() {
         results.contains("`broken.txt` unchanged: the editor could not read it"),
         "{results}"
     );
+    // What each permission request showed: the new files as created, the
+    // unreadable one without a diff.
+    let shown: Vec<String> = editor
+        .asked()
+        .iter()
+        .flat_map(|asked| asked.tool_call.fields.content.iter().flatten())
+        .map(|content| match content {
+            ToolCallContent::Diff(diff) => format!(
+                "diff of {}, old text {:?}",
+                diff.path.file_name().unwrap().to_string_lossy(),
+                diff.old_text
+            ),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(shown.len(), 3, "{shown:#?}");
+    assert_eq!(shown[0], "diff of missing.txt, old text None");
+    assert!(
+        shown[1].contains("No diff of `broken.txt`: the editor could not read it"),
+        "{shown:#?}"
+    );
+    assert_eq!(shown[2], "diff of broken-new.txt, old text None");
 }
 
 #[tokio::test]

@@ -459,7 +459,9 @@ impl Editor {
             )
             .on_receive_request(
                 async move |request: ReadTextFileRequest, responder, _cx| {
-                    // `missing.txt` is not there; `broken.txt` fails to read.
+                    // `missing.txt` is not there; `broken*` fail to read
+                    // (an internal error, as some clients answer for a
+                    // missing file too).
                     let name = request.path.file_name().map(|n| n.to_owned());
                     l1.lock().unwrap().reads.push(request.path);
                     match name.as_ref().and_then(|n| n.to_str()) {
@@ -467,7 +469,7 @@ impl Editor {
                             agent_client_protocol::v1::schema::Error::resource_not_found(None)
                                 .into(),
                         ),
-                        Some("broken.txt") => responder.respond_with_error(
+                        Some(n) if n.starts_with("broken") => responder.respond_with_error(
                             agent_client_protocol::Error::internal_error()
                                 .data("the disk is on fire"),
                         ),
