@@ -424,6 +424,27 @@ async fn two_prompts_at_once(
     (answered, wire)
 }
 
+/// [`config`] with `prompt_while_running = "interject"`.
+fn interjecting(home: &Path, url: &str) -> PathBuf {
+    let config = config(home, url);
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
+    std::fs::write(&config, toml).unwrap();
+    config
+}
+
+/// A model answer that writes `hi` to `out.txt` (call `w1`, which asks).
+fn writes_out() -> Reply {
+    Reply::sse(openai_sse(
+        "Writing.",
+        &[Call {
+            id: "w1",
+            name: "write_file",
+            arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
+        }],
+    ))
+}
+
 /// The user messages of a request to the mock.
 fn user_texts(request: &support::Received) -> Vec<String> {
     request.body["messages"]
@@ -499,10 +520,7 @@ async fn a_prompt_during_a_turn_can_land_in_the_running_turn() {
         vec![Reply::sse(openai_sse("Answered both.", &[]))],
     )
     .await;
-    let config = config(dirs.home(), &mock.url);
-    let mut toml = std::fs::read_to_string(&config).unwrap();
-    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
-    std::fs::write(&config, toml).unwrap();
+    let config = interjecting(dirs.home(), &mock.url);
     let args = config_args(dirs.home(), &config);
     let (answers, _) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
     assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
@@ -529,22 +547,12 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
     let dirs = Dirs::new();
     // The turn writes a file (which asks), then answers.
     let mock = MockServer::start(vec![
-        Reply::sse(openai_sse(
-            "Writing.",
-            &[Call {
-                id: "w1",
-                name: "write_file",
-                arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
-            }],
-        )),
+        writes_out(),
         Reply::sse(openai_sse("Wrote it, and read your words.", &[])),
         Reply::sse(openai_sse("A turn of its own.", &[])),
     ])
     .await;
-    let config = config(dirs.home(), &mock.url);
-    let mut toml = std::fs::read_to_string(&config).unwrap();
-    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
-    std::fs::write(&config, toml).unwrap();
+    let config = interjecting(dirs.home(), &mock.url);
     let (child, transport, _) = spawn_with(dirs.home(), &config_args(dirs.home(), &config));
     // The user takes a while to answer: the words come meanwhile.
     let editor = Editor::answering(Answer::Later("allow_once", 1_500));
@@ -614,23 +622,10 @@ async fn words_too_late_for_the_turn_start_one_that_is_shown_and_asked_about() {
     // (which asks), then answers.
     let mock = slow_first(
         openai_sse(&"A long answer. ".repeat(12), &[]),
-        vec![
-            Reply::sse(openai_sse(
-                "Writing.",
-                &[Call {
-                    id: "w1",
-                    name: "write_file",
-                    arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
-                }],
-            )),
-            Reply::sse(openai_sse("Wrote it.", &[])),
-        ],
+        vec![writes_out(), Reply::sse(openai_sse("Wrote it.", &[]))],
     )
     .await;
-    let config = config(dirs.home(), &mock.url);
-    let mut toml = std::fs::read_to_string(&config).unwrap();
-    toml.push_str("[acp]\nprompt_while_running = \"interject\"\n");
-    std::fs::write(&config, toml).unwrap();
+    let config = interjecting(dirs.home(), &mock.url);
     let args = config_args(dirs.home(), &config);
     let (answers, wire) = two_prompts_at_once(&args, dirs.home(), dirs.cwd()).await;
     assert_eq!(answers[0].0, StopReason::EndTurn, "{answers:?}");
