@@ -1230,7 +1230,7 @@ impl AcpAgent {
             let waiting = state::Waiting::new(&session);
             // Checked (and images stored) before it waits: bad input is
             // answered at once, and the session stays usable.
-            let (content, mut text) = match prompt::content(&engine, &session, &request.prompt).await
+            let (mut content, mut text) = match prompt::content(&engine, &session, &request.prompt).await
             {
                 Ok(converted) => converted,
                 Err(e) => return responder.respond_with_error(e),
@@ -1246,24 +1246,30 @@ impl AcpAgent {
                     StopReason::Cancelled
                 }
             };
-            let mut start = session::Start::Send(content);
             // The session's turn, when taken while words waited for it.
             let mut held = None;
             if interject && !has_images && session.is_prompting() {
-                match engine.interject(session.conversation, &text).await {
-                    Ok(toolwire_engine::Interjection::Queued) => {
+                // Counted before the words are queued: should the running
+                // turn end without reading them, the running prompt follows
+                // the turn they start.
+                session.interjected.fetch_add(1, Ordering::SeqCst);
+                let queued = engine.interject_running(session.conversation, &text).await;
+                if !matches!(queued, Ok(true)) {
+                    state::uncount(&session.interjected);
+                }
+                match queued {
+                    Ok(true) => {
                         tracing::info!(session = %session_id.0, "ACP prompt interjected into the running turn");
-                        session.interjected.fetch_add(1, Ordering::SeqCst);
                         // It starts no turn of its own.
                         drop(waiting);
                         // Answered once the turn that reads it has ended.
                         let _ended = session.turns.clone().lock_owned().await;
                         return responder.respond(PromptResponse::new(ended_as(&session)));
                     }
-                    // The turn ended meanwhile: the words started the next.
-                    Ok(toolwire_engine::Interjection::Started(handle)) => {
-                        start = session::Start::Running(handle);
-                    }
+                    // No turn runs (the running prompt is ending): a prompt
+                    // of its own, queued. (Starting a turn here would leave
+                    // it to whichever prompt saw its start first.)
+                    Ok(false) => {}
                     // The running prompt's turn waits for the editor's
                     // permission answer: the words join the turn that goes
                     // on after it (handed over by the running prompt), and
@@ -1288,9 +1294,7 @@ impl AcpAgent {
                 None => session.turns.clone().lock_owned().await,
             };
             drop(waiting);
-            if session.cancels.load(Ordering::SeqCst) != cancels
-                && matches!(start, session::Start::Send(_))
-            {
+            if session.cancels.load(Ordering::SeqCst) != cancels {
                 return responder.respond(PromptResponse::new(StopReason::Cancelled));
             }
             let Some(running) = session.start_prompt() else {
@@ -1301,29 +1305,23 @@ impl AcpAgent {
             session.cancelled.store(false, Ordering::SeqCst);
             // A slash command runs in its turn; an MCP prompt's makes the
             // text (the prompt's images kept after it).
-            if matches!(start, session::Start::Send(_)) {
-                match agent.run_command(&session, &session_id, text.clone(), &cx).await {
-                    Ok(commands::Outcome::Prompt(made)) if made != text => {
-                        if let session::Start::Send(content) = &mut start {
-                            content.retain(|b| !matches!(b, toolwire_core::ContentBlock::Text { .. }));
-                            content.insert(
-                                0,
-                                toolwire_core::ContentBlock::Text { text: made.clone() },
-                            );
-                        }
-                        text = made;
-                    }
-                    Ok(commands::Outcome::Prompt(_)) => {}
-                    Ok(commands::Outcome::Answered(response)) => {
-                        drop(running);
-                        return responder.respond(response);
-                    }
-                    Err(e) => {
-                        drop(running);
-                        return responder.respond_with_error(e);
-                    }
+            match agent.run_command(&session, &session_id, text.clone(), &cx).await {
+                Ok(commands::Outcome::Prompt(made)) if made != text => {
+                    content.retain(|b| !matches!(b, toolwire_core::ContentBlock::Text { .. }));
+                    content.insert(0, toolwire_core::ContentBlock::Text { text: made.clone() });
+                    text = made;
+                }
+                Ok(commands::Outcome::Prompt(_)) => {}
+                Ok(commands::Outcome::Answered(response)) => {
+                    drop(running);
+                    return responder.respond(response);
+                }
+                Err(e) => {
+                    drop(running);
+                    return responder.respond_with_error(e);
                 }
             }
+            let start = session::Start::Send(content);
             let answer =
                 session::run_prompt(&engine, &session, session_id.clone(), start, &text, &cx)
                     .await;

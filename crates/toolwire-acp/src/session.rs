@@ -32,8 +32,6 @@ use toolwire_store::{Blob, StoredEvent};
 pub(crate) enum Start {
     /// A user message of this content.
     Send(Vec<ContentBlock>),
-    /// The turn an interjection started (no turn was running any more).
-    Running(toolwire_engine::TurnHandle),
     /// A turn the engine started itself (a waking notification), shown
     /// from the event after its start (`after`, its store sequence).
     Woken { run: RunId, after: u64 },
@@ -151,7 +149,6 @@ pub(crate) async fn run_prompt(
         unread: None,
     };
     let started = match start {
-        Start::Running(handle) => Ok(Sent::Turn(Following::Handle(handle))),
         Start::Woken { run, .. } => Ok(Sent::Turn(Following::Run(run))),
         Start::Send(content) => showing.send(content).await,
     };
@@ -300,13 +297,20 @@ impl Showing<'_, '_> {
             let mut gated: Option<Vec<GatedCall>> = None;
             let mut stopped = None;
             'events: while let Some(batch) = self.next_batch().await? {
-                for stored in batch {
+                let mut events = batch.into_iter();
+                while let Some(stored) = events.next() {
                     self.went_past(&stored);
                     if stored.event.run_id() != run_id {
                         continue;
                     }
                     if let AgentEvent::Stopped { reason, error, .. } = &stored.event {
                         stopped = Some((*reason, error.clone()));
+                        // What came after it (the next turn's start) is
+                        // read next.
+                        let rest: Vec<_> = events.collect();
+                        if !rest.is_empty() {
+                            self.unread = Some(rest);
+                        }
                         break 'events;
                     }
                     if let AgentEvent::ApprovalRequested { calls, .. } = &stored.event {
@@ -361,13 +365,26 @@ impl Showing<'_, '_> {
                 }
                 return Ok(PromptResponse::new(acp::StopReason::Cancelled));
             }
-            // Words interjected too late for this turn start the next one:
-            // the prompt shows it as its own (asking about its calls), so
-            // its editor sees the answer.
-            if reason == StopReason::EndTurn
+            // Words interjected too late for this turn start the next one
+            // (however it ended, unless cancelled): the prompt shows it as
+            // its own (asking about its calls), so its editor sees the
+            // answer, and is answered as that turn ends. A failure of
+            // this turn is shown as the prompt's words first.
+            if reason != StopReason::Cancelled
                 && session.interjected.swap(0, Ordering::SeqCst) > 0
                 && let Some(next) = self.handover(run_id).await?
             {
+                let now = Instant::now();
+                if reason != StopReason::EndTurn {
+                    self.updates
+                        .end_open_calls("the turn ended before this call finished", now)?;
+                }
+                // A failure (the reasons that answer a prompt with an
+                // error).
+                if convert::stop_reason(reason).is_none() {
+                    let failed = format!("The turn failed: {}\n\n", error.unwrap_or_default());
+                    self.updates.say(&failed, now)?;
+                }
                 following = Following::Run(next);
                 continue;
             }

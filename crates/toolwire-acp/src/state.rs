@@ -17,6 +17,12 @@ use crate::modes::SessionMode;
 use crate::policy::{self, Permissions, Policies};
 use crate::{edits, terminal};
 
+/// Takes one off `count`, never below zero (a prompt that counted itself
+/// and was not queued after all, when the count was taken meanwhile).
+pub(crate) fn uncount(count: &AtomicU64) {
+    let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+}
+
 /// One ACP session: its conversation and its tools.
 #[derive(Clone)]
 pub(crate) struct Session {

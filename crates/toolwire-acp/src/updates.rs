@@ -594,6 +594,16 @@ impl<'a> Updates<'a> {
         Ok(())
     }
 
+    /// Sends `text` as the agent's words, after everything waiting.
+    pub(crate) fn say(
+        &mut self,
+        text: &str,
+        now: Instant,
+    ) -> Result<(), agent_client_protocol::Error> {
+        self.flush_all(now)?;
+        self.send(Stream::Message.chunk(text))
+    }
+
     /// When something waiting becomes due.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let text = self

@@ -6,11 +6,11 @@
 //! with calls that wait for an answer nobody is asked for.
 //!
 //! Each open session has one task following its conversation. A turn is
-//! its to show when this engine started it itself and, as its start is
-//! read, no prompt holds or waits for the session's turn and the prompts
-//! went past no later event: every turn a prompt starts or follows (its
-//! own, a permission answer's, an interjection's, a compaction's) is then
-//! the prompt's. While a woken turn is shown it
+//! its to show when this engine started it itself and, once the prompts
+//! that hold or wait for the session's turn are done, none of them went
+//! past its start: every turn a prompt starts or follows (its own, a
+//! permission answer's, an interjection's, a compaction's, a woken turn
+//! it found running) is then the prompt's. While a woken turn is shown it
 //! holds the session's turn, so a prompt that comes meanwhile waits for it
 //! (or joins it, with `acp.prompt_while_running = "interject"`), never
 //! refused. A prompt that took the turn first and finds the engine's turn
@@ -66,17 +66,20 @@ pub(crate) fn follow(
                 let Some(session) = open() else {
                     continue;
                 };
-                if stored.seq <= session.shown_through.load(Ordering::SeqCst)
-                    || session.waiting.load(Ordering::SeqCst) > 0
-                {
-                    continue;
-                }
-                // A prompt holds the turn: this one is its to show.
-                let Ok(_turn) = session.turns.clone().try_lock_owned() else {
-                    continue;
-                };
-                let Some(_running) = session.start_prompt() else {
-                    continue;
+                // Behind the prompts that hold or wait for the session's
+                // turn: one that sends finds this turn running and shows
+                // it; one that does not (a slash command answered at once,
+                // a prompt refused) leaves it to be shown here after it.
+                let _turn = session.turns.clone().lock_owned().await;
+                let shown = stored.seq <= session.shown_through.load(Ordering::SeqCst);
+                // Closed meanwhile: nothing to show it in.
+                let Some(_running) = open()
+                    .filter(|_| !shown)
+                    .and_then(|_| session.start_prompt())
+                else {
+                    let shown = session.shown_through.load(Ordering::SeqCst);
+                    follower = engine.follow_after(conversation, shown.max(stored.seq));
+                    break;
                 };
                 session.cancelled.store(false, Ordering::SeqCst);
                 tracing::info!(session = %session_id.0, run = %run_id, "ACP: showing a turn the engine started itself");

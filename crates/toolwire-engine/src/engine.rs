@@ -1116,23 +1116,7 @@ impl Engine {
         // ending just then).
         let mut attempts = 0;
         loop {
-            let queued = {
-                let mut active = self
-                    .inner
-                    .active
-                    .lock()
-                    .map_err(|_| EngineError::TurnInProgress(conversation))?;
-                match active.get_mut(&conversation) {
-                    Some(turn) => {
-                        turn.interjections.push_back(text.to_owned());
-                        true
-                    }
-                    None => false,
-                }
-            };
-            if queued {
-                // Kept before the answer: a crash from here on loses no word.
-                self.keep_interjections(conversation).await;
+            if self.queue_interjection(conversation, text).await? {
                 return Ok(Interjection::Queued);
             }
             let options = self.conversation_options(conversation);
@@ -1161,6 +1145,57 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Words for the turn this instance runs in `conversation`, queued as
+    /// [`interject`](Self::interject) queues them (`true`). With no such
+    /// turn nothing starts (`false`): the caller sends them as its own
+    /// message, in its own turn, whose start it follows. A turn paused for
+    /// approval is [`EngineError::ApprovalPending`].
+    pub async fn interject_running(
+        &self,
+        conversation: ConversationId,
+        text: &str,
+    ) -> Result<bool, EngineError> {
+        if self.queue_interjection(conversation, text).await? {
+            return Ok(true);
+        }
+        let (leaf, _, pending) = self.leaf_and_pending(conversation).await?;
+        match pending {
+            Some(pending) if pending.message_id == leaf => Err(EngineError::ApprovalPending {
+                conversation,
+                message_id: pending.message_id,
+            }),
+            _ => Ok(false),
+        }
+    }
+
+    /// Queues `text` for the turn this instance runs in `conversation`,
+    /// kept in the store before it returns (a crash from then on loses no
+    /// word); `false` when no turn runs here.
+    async fn queue_interjection(
+        &self,
+        conversation: ConversationId,
+        text: &str,
+    ) -> Result<bool, EngineError> {
+        let queued = {
+            let mut active = self
+                .inner
+                .active
+                .lock()
+                .map_err(|_| EngineError::TurnInProgress(conversation))?;
+            match active.get_mut(&conversation) {
+                Some(turn) => {
+                    turn.interjections.push_back(text.to_owned());
+                    true
+                }
+                None => false,
+            }
+        };
+        if queued {
+            self.keep_interjections(conversation).await;
+        }
+        Ok(queued)
     }
 
     /// Writes what waits for `conversation`'s turn to the store.
@@ -1346,7 +1381,7 @@ impl Engine {
 
     /// Takes the words queued for finished turn `run_id` (all of them,
     /// under the lock) and, in the same hold, gives the conversation to the
-    /// turn they start.
+    /// turn they start; after a cancelled turn they are only stored.
     async fn hand_over(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
         let options = self.inner.remembered.get(conversation).unwrap_or(options);
         let read = self.leaf_and_revision(conversation).await;
@@ -1365,11 +1400,17 @@ impl Engine {
             // Under the lock, as in `start_turn`: no turn starts once
             // `shutdown` has looked at what runs.
             let stopping = self.inner.stopping.is_stopping();
-            let words: Vec<String> = match active.get_mut(&conversation) {
-                Some(turn) if turn.run_id == run_id => turn.interjections.drain(..).collect(),
-                _ => Vec::new(),
+            // A cancel (even one that came as the turn was ending) stops
+            // what it would have gone on to.
+            let (words, cancelled) = match active.get_mut(&conversation) {
+                Some(turn) if turn.run_id == run_id => (
+                    turn.interjections.drain(..).collect::<Vec<String>>(),
+                    turn.cancel.is_cancelled(),
+                ),
+                _ => (Vec::new(), false),
             };
             let go_on = !stopping
+                && !cancelled
                 && matches!((&leaf, &pending), (Ok(l), Ok(p)) if p.as_ref().is_none_or(|p| p.message_id != *l));
             if go_on && !words.is_empty() {
                 active.insert(
@@ -1434,8 +1475,8 @@ impl Engine {
                 tracing::error!(%conversation, error = %e, "could not start a turn for a late interjection");
                 false
             }
-            // Stopping: the words are stored, answered by no model; the
-            // next message goes on from them.
+            // Stopping, or the turn was cancelled: the words are stored,
+            // answered by no model; the next message goes on from them.
             (Ok(leaf), Ok(None)) => {
                 let user = user_message(conversation, leaf, &text);
                 let event = AgentEvent::UserInterjection {

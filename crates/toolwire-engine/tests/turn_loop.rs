@@ -184,6 +184,46 @@ async fn interjection_with_no_turn_running_starts_one() {
     assert_eq!(handle.wait().await.reason, StopReason::EndTurn);
 }
 
+/// Words queued for a turn that is then cancelled start no turn of their
+/// own: they are stored, answered by no model. `interject_running` with
+/// no turn running starts none either.
+#[tokio::test]
+async fn words_for_a_cancelled_turn_are_kept_and_start_nothing() {
+    let (engine, _dir) = engine(
+        script("steps:\n  - text: \"a slow answer\"\n    chunk_size: 2\n    delay_ms: 20\n"),
+        echo_tools(&[], Duration::ZERO),
+        EngineConfig::default(),
+    )
+    .await;
+    let conv = engine.create_conversation(None).await.unwrap();
+    assert!(
+        !engine
+            .interject_running(conv.id, "nobody runs")
+            .await
+            .unwrap()
+    );
+    assert!(!engine.is_running(conv.id), "nothing started");
+    let handle = engine.send(conv.id, "go", None).await.unwrap();
+    // A step with no tool call: the words come too late for it.
+    assert!(
+        engine
+            .interject_running(conv.id, "and also this")
+            .await
+            .unwrap()
+    );
+    assert!(engine.cancel(conv.id));
+    assert_eq!(handle.wait().await.reason, StopReason::Cancelled);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!engine.is_running(conv.id), "no turn for the late words");
+    let conv = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let last = path.last().unwrap();
+    assert_eq!(
+        (last.role, last.text()),
+        (Role::User, "and also this".to_owned())
+    );
+}
+
 #[tokio::test]
 async fn step_limit_stops_a_model_that_never_answers() {
     let looping =

@@ -661,6 +661,67 @@ async fn words_too_late_for_the_turn_start_one_that_is_shown_and_asked_about() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn words_for_a_turn_that_fails_start_one_that_is_shown_after_the_failure() {
+    let dirs = Dirs::new();
+    // The running turn's model thinks, then refuses the request: the words
+    // that came meanwhile start the next turn.
+    let mock = MockServer::start(vec![
+        Reply::Late {
+            after: Duration::from_millis(1_000),
+            reply: Box::new(Reply::Status {
+                code: 400,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: r#"{"error":{"message":"the request is malformed","type":"invalid_request_error"}}"#.into(),
+            }),
+        },
+        Reply::sse(openai_sse("Answered the second.", &[])),
+    ])
+    .await;
+    let config = interjecting(dirs.home(), &mock.url);
+    let (child, transport, _) = spawn_with(dirs.home(), &config_args(dirs.home(), &config));
+    let editor = Editor::new();
+    let cwd = dirs.cwd();
+    let model = &mock;
+    let answers = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "first question"));
+            while model.received().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let second = cx.send_request(prompt_request(&session, "second question"));
+            let (a, b) = tokio::join!(first.block_task(), second.block_task());
+            Ok([a?.stop_reason, b?.stop_reason])
+        })
+        .await;
+    drop(child);
+    // Both answered when the second turn ended; its words shown after the
+    // first one's failure.
+    assert_eq!(answers, [StopReason::EndTurn; 2]);
+    let said: String = editor
+        .updates()
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
+            _ => None,
+        })
+        .collect();
+    assert!(said.starts_with("The turn failed: "), "{said}");
+    assert!(said.contains("the request is malformed"), "{said}");
+    assert!(said.ends_with("Answered the second."), "{said}");
+    let received = mock.received();
+    assert_eq!(received.len(), 2, "model calls");
+    assert!(
+        user_texts(&received[1])
+            .last()
+            .unwrap()
+            .contains("second question"),
+        "{:?}",
+        user_texts(&received[1])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_editors_other_folders_are_in_reach_and_named_to_the_model() {
     let dirs = Dirs::new();
     let other = tempfile::tempdir().unwrap();
