@@ -270,6 +270,42 @@ impl Showing<'_, '_> {
         }
     }
 
+    /// The next batch of events for `following`. A turn the engine
+    /// started may have sent its `Stopped` before this prompt followed the
+    /// conversation (found running just as it ended): once the store has
+    /// it ended and nothing came for two polls, its end is taken from
+    /// there.
+    async fn next_for(
+        &mut self,
+        following: &Following,
+    ) -> Result<Next, agent_client_protocol::Error> {
+        let Following::Run(run) = following else {
+            return Ok(self.next_batch().await?.map_or(Next::Over, Next::Batch));
+        };
+        let engine = self.engine;
+        let mut ended_polls = 0;
+        loop {
+            tokio::select! {
+                batch = self.next_batch() => {
+                    return Ok(batch?.map_or(Next::Over, Next::Batch));
+                }
+                () = tokio::time::sleep(RUN_POLL) => {
+                    match engine.store().run(*run).await {
+                        Ok(record) => {
+                            if let Some(reason) = record.stop_reason {
+                                ended_polls += 1;
+                                if ended_polls == 2 {
+                                    return Ok(Next::Ended(reason, record.error));
+                                }
+                            }
+                        }
+                        Err(e) => tracing::debug!(%run, error = %e, "reading a followed run"),
+                    }
+                }
+            }
+        }
+    }
+
     /// Notes that the prompt went past `stored` (the woken-turn follower
     /// leaves it alone).
     fn went_past(&self, stored: &StoredEvent) {
@@ -296,7 +332,15 @@ impl Showing<'_, '_> {
             let run_id = following.run_id();
             let mut gated: Option<Vec<GatedCall>> = None;
             let mut stopped = None;
-            'events: while let Some(batch) = self.next_batch().await? {
+            'events: loop {
+                let batch = match self.next_for(&following).await? {
+                    Next::Batch(batch) => batch,
+                    Next::Ended(reason, error) => {
+                        stopped = Some((reason, error));
+                        break 'events;
+                    }
+                    Next::Over => break 'events,
+                };
                 let mut events = batch.into_iter();
                 while let Some(stored) = events.next() {
                     self.went_past(&stored);
@@ -491,6 +535,19 @@ impl Showing<'_, '_> {
         }
     }
 }
+
+/// What a prompt reads next of the turn it follows.
+enum Next {
+    Batch(Vec<StoredEvent>),
+    /// The turn's end, from the store.
+    Ended(StopReason, Option<String>),
+    /// The events ended.
+    Over,
+}
+
+/// How often a prompt following a turn the engine started looks in the
+/// store whether it ended, while no event comes.
+const RUN_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How long a prompt waits to send again when another instance runs the
 /// conversation's turn.
