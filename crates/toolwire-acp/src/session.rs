@@ -38,17 +38,20 @@ pub(crate) enum Start {
 }
 
 /// The turn a prompt follows: one it started (its handle says how it
-/// ended), or one the engine started (its `Stopped` event says).
+/// ended), or one the engine started (its `Stopped` event says), or one
+/// the engine started that is already paused for answers nobody was asked
+/// for.
 enum Following {
     Handle(toolwire_engine::TurnHandle),
     Run(RunId),
+    Paused(RunId),
 }
 
 impl Following {
     fn run_id(&self) -> RunId {
         match self {
             Following::Handle(handle) => handle.run_id,
-            Following::Run(run) => *run,
+            Following::Run(run) | Following::Paused(run) => *run,
         }
     }
 
@@ -62,8 +65,8 @@ impl Following {
                 let outcome = handle.wait().await;
                 (outcome.reason, outcome.error)
             }
-            (Following::Run(_), Some(stopped)) => stopped,
-            (Following::Run(run), None) => (
+            (Following::Run(_) | Following::Paused(_), Some(stopped)) => stopped,
+            (Following::Run(run) | Following::Paused(run), None) => (
                 StopReason::Error,
                 Some(format!("the events of turn {run} ended before it did")),
             ),
@@ -279,8 +282,12 @@ impl Showing<'_, '_> {
         &mut self,
         following: &Following,
     ) -> Result<Next, agent_client_protocol::Error> {
-        let Following::Run(run) = following else {
-            return Ok(self.next_batch().await?.map_or(Next::Over, Next::Batch));
+        let run = match following {
+            Following::Handle(_) => {
+                return Ok(self.next_batch().await?.map_or(Next::Over, Next::Batch));
+            }
+            Following::Paused(_) => return Ok(Next::Ended(StopReason::RequiresApproval, None)),
+            Following::Run(run) => run,
         };
         let engine = self.engine;
         let mut ended_polls = 0;
@@ -454,6 +461,20 @@ impl Showing<'_, '_> {
         let (engine, conversation) = (self.engine, self.session.conversation);
         let mut attempts = 0;
         loop {
+            // A turn the engine started that paused for answers while
+            // prompts waited for the session (so nobody was asked): asked
+            // about now, and followed to its end.
+            if let Ok(Some(paused)) = engine.pending_approval(conversation).await
+                && engine.started_itself(paused.run_id)
+                && attempts < SEND_ATTEMPTS
+            {
+                attempts += 1;
+                tracing::info!(%conversation, "a turn the engine started itself waits for answers: asked before the prompt's");
+                let shown = self.drive(Following::Paused(paused.run_id)).await?;
+                if shown.stop_reason == acp::StopReason::Cancelled {
+                    return Ok(Sent::Answered(shown));
+                }
+            }
             // A turn paused for answers no prompt is asking for (one whose
             // editor went away while asking) would refuse this prompt: its
             // calls are not run, and the model is told.

@@ -295,7 +295,18 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
             chunk: 16,
             delay: Duration::from_millis(60),
         },
-        Reply::sse(openai_sse("Woken.", &[])),
+        // The woken turn writes a file, which asks: whether it is still
+        // running or already paused when the second prompt sends, that
+        // prompt asks about it.
+        Reply::sse(openai_sse(
+            "Woken.",
+            &[Call {
+                id: "call_fix",
+                name: "write_file",
+                arguments: serde_json::json!({"path": "fix.txt", "content": "fixed\n"}),
+            }],
+        )),
+        Reply::sse(openai_sse("Fixed.", &[])),
         Reply::sse(openai_sse("Second prompt.", &[])),
     ])
     .await;
@@ -344,18 +355,29 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
     // When the woken turn starts as the first prompt's turn ends, before
     // the second sends, that prompt shows it, then runs. Should the second
     // prompt send first, its own turn reads the notification.
-    if received.len() == 4 {
+    if received.len() == 5 {
         assert!(!third.contains("and now?"), "{third}");
-        let (woke, then) = (
+        let (woke, fixed, then) = (
             said.find("Woken.").unwrap(),
+            said.find("Fixed.").unwrap(),
             said.find("Second prompt.").unwrap(),
         );
-        assert!(woke < then, "{said}");
-        assert!(log.contains("shown before the prompt's"), "{log}");
+        assert!(woke < fixed && fixed < then, "{said}");
+        assert!(log.contains("before the prompt's"), "{log}");
     } else {
-        assert_eq!(received.len(), 3, "{log}");
+        // The second prompt's own turn writes the file (the script's
+        // answers come in order).
+        assert_eq!(received.len(), 4, "{log}");
         assert!(third.contains("and now?"), "{third}");
     }
+    // Either way the write was asked about, and ran.
+    let asked = editor.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].tool_call.tool_call_id.0.as_ref(), "call_fix");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("fix.txt")).unwrap(),
+        "fixed\n"
+    );
     eprintln!("{} model calls", received.len());
 }
 
