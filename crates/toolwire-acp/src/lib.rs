@@ -1248,7 +1248,13 @@ impl AcpAgent {
             };
             // The session's turn, when taken while words waited for it.
             let mut held = None;
-            if interject && !has_images && session.is_prompting() {
+            // Not into a turn being cancelled: a prompt sent after the
+            // cancel runs on its own, after it.
+            if interject
+                && !has_images
+                && session.is_prompting()
+                && !session.cancelled.load(Ordering::SeqCst)
+            {
                 // Counted before the words are queued: should the running
                 // turn end without reading them, the running prompt follows
                 // the turn they start.

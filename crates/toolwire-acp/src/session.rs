@@ -370,17 +370,25 @@ impl Showing<'_, '_> {
                     self.updates.event(&stored.event)?;
                 }
             }
+            let engine_turn = !matches!(following, Following::Handle(_));
             let (reason, error) = following.ended(stopped).await;
+            if engine_turn {
+                // Its end is known from its events: the engine may still
+                // be handing the conversation to the turn late words start.
+                settle(engine, conversation, run_id).await;
+            }
             let cancelled = || session.cancelled.load(Ordering::SeqCst);
             if reason == StopReason::RequiresApproval && !cancelled() {
-                let calls = match gated {
-                    Some(calls) => calls,
-                    None => engine
-                        .pending_approval(conversation)
-                        .await
-                        .map_err(internal)?
-                        .map(|p| p.calls)
-                        .unwrap_or_default(),
+                // Still waiting for answers: a pause answered or ended
+                // meanwhile (a cancel while another prompt asked) is not
+                // asked about again.
+                let calls = match engine
+                    .pending_approval(conversation)
+                    .await
+                    .map_err(internal)?
+                {
+                    Some(pending) if pending.run_id == run_id => gated.unwrap_or(pending.calls),
+                    _ => return Ok(PromptResponse::new(acp::StopReason::EndTurn)),
                 };
                 let decisions =
                     match ask(engine, session, session_id, cx, &calls, self.updates).await {
@@ -414,6 +422,8 @@ impl Showing<'_, '_> {
                 if reason == StopReason::RequiresApproval {
                     abandon_pending(engine, conversation, "cancelled").await;
                 }
+                // Words that came before the cancel start nothing.
+                session.interjected.store(0, Ordering::SeqCst);
                 return Ok(PromptResponse::new(acp::StopReason::Cancelled));
             }
             // Words interjected too late for this turn start the next one
@@ -556,6 +566,24 @@ impl Showing<'_, '_> {
         }
     }
 }
+
+/// Waits (a moment at most) until the engine no longer runs `run` in
+/// `conversation`: past its `Stopped`, it hands the conversation to the
+/// turn words too late for it start, and a prompt that looked for that
+/// turn before would miss it. (A turn followed by its handle is waited
+/// for through it.)
+async fn settle(engine: &Engine, conversation: ConversationId, run: RunId) {
+    for _ in 0..SETTLE_POLLS {
+        if engine.running_run(conversation) != Some(run) {
+            return;
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+    tracing::debug!(%conversation, %run, "a turn past its end still runs");
+}
+
+const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+const SETTLE_POLLS: usize = 200;
 
 /// What a prompt reads next of the turn it follows.
 enum Next {

@@ -1187,6 +1187,7 @@ impl Engine {
             match active.get_mut(&conversation) {
                 Some(turn) => {
                     turn.interjections.push_back(text.to_owned());
+                    turn.spoken_after_cancel |= turn.cancel.is_cancelled();
                     true
                 }
                 None => false,
@@ -1273,6 +1274,7 @@ impl Engine {
                     run_id,
                     cancel: cancel.clone(),
                     interjections: VecDeque::new(),
+                    spoken_after_cancel: false,
                 },
             );
             // Under the lock that decides which turn runs, so that a wake
@@ -1381,7 +1383,8 @@ impl Engine {
 
     /// Takes the words queued for finished turn `run_id` (all of them,
     /// under the lock) and, in the same hold, gives the conversation to the
-    /// turn they start; after a cancelled turn they are only stored.
+    /// turn they start; when they all came before the turn was cancelled
+    /// they are only stored.
     async fn hand_over(&self, conversation: ConversationId, run_id: RunId, options: TurnOptions) {
         let options = self.inner.remembered.get(conversation).unwrap_or(options);
         let read = self.leaf_and_revision(conversation).await;
@@ -1401,11 +1404,12 @@ impl Engine {
             // `shutdown` has looked at what runs.
             let stopping = self.inner.stopping.is_stopping();
             // A cancel (even one that came as the turn was ending) stops
-            // what it would have gone on to.
+            // what the words before it would have gone on to; words that
+            // came after it go on.
             let (words, cancelled) = match active.get_mut(&conversation) {
                 Some(turn) if turn.run_id == run_id => (
                     turn.interjections.drain(..).collect::<Vec<String>>(),
-                    turn.cancel.is_cancelled(),
+                    turn.cancel.is_cancelled() && !turn.spoken_after_cancel,
                 ),
                 _ => (Vec::new(), false),
             };
@@ -1419,6 +1423,7 @@ impl Engine {
                         run_id: next,
                         cancel: cancel.clone(),
                         interjections: VecDeque::new(),
+                        spoken_after_cancel: false,
                     },
                 );
                 (words, true)

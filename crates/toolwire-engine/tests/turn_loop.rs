@@ -185,12 +185,13 @@ async fn interjection_with_no_turn_running_starts_one() {
 }
 
 /// Words queued for a turn that is then cancelled start no turn of their
-/// own: they are stored, answered by no model. `interject_running` with
-/// no turn running starts none either.
+/// own: they are stored, answered by no model; words that come after the
+/// cancel, while the turn ends, do. `interject_running` with no turn
+/// running starts none.
 #[tokio::test]
 async fn words_for_a_cancelled_turn_are_kept_and_start_nothing() {
     let (engine, _dir) = engine(
-        script("steps:\n  - text: \"a slow answer\"\n    chunk_size: 2\n    delay_ms: 20\n"),
+        script("steps:\n  - text: \"a slow answer\"\n    chunk_size: 8\n    delay_ms: 10\n"),
         echo_tools(&[], Duration::ZERO),
         EngineConfig::default(),
     )
@@ -215,12 +216,45 @@ async fn words_for_a_cancelled_turn_are_kept_and_start_nothing() {
     assert_eq!(handle.wait().await.reason, StopReason::Cancelled);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!engine.is_running(conv.id), "no turn for the late words");
-    let conv = engine.store().conversation(conv.id).await.unwrap();
-    let path = engine.store().path_to(conv.active_leaf).await.unwrap();
+    let stored = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(stored.active_leaf).await.unwrap();
     let last = path.last().unwrap();
     assert_eq!(
         (last.role, last.text()),
         (Role::User, "and also this".to_owned())
+    );
+    // Words sent after the cancel, while the turn is still ending, are
+    // the user speaking again: they start the next turn.
+    let handle = engine.send(conv.id, "go on", None).await.unwrap();
+    assert!(engine.cancel(conv.id));
+    assert!(
+        engine
+            .interject_running(conv.id, "then this")
+            .await
+            .unwrap()
+    );
+    assert_eq!(handle.wait().await.reason, StopReason::Cancelled);
+    let mut answered = false;
+    // (The answer streams as slowly as the first.)
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stored = engine.store().conversation(conv.id).await.unwrap();
+        let path = engine.store().path_to(stored.active_leaf).await.unwrap();
+        let n = path.len();
+        answered = n >= 2
+            && path[n - 2].text() == "then this"
+            && path[n - 1].role == Role::Assistant
+            && !engine.is_running(conv.id);
+        if answered {
+            break;
+        }
+    }
+    let stored = engine.store().conversation(conv.id).await.unwrap();
+    let path = engine.store().path_to(stored.active_leaf).await.unwrap();
+    let texts: Vec<_> = path.iter().map(|m| (m.role, m.text())).collect();
+    assert!(
+        answered,
+        "the words after the cancel were answered: {texts:?}"
     );
 }
 

@@ -722,6 +722,66 @@ async fn words_for_a_turn_that_fails_start_one_that_is_shown_after_the_failure()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_sent_right_after_a_cancel_runs_on_its_own() {
+    let dirs = Dirs::new();
+    let mock = slow_first(
+        openai_sse(&"A long answer. ".repeat(12), &[]),
+        vec![Reply::sse(openai_sse("Answered the second.", &[]))],
+    )
+    .await;
+    let config = interjecting(dirs.home(), &mock.url);
+    let (child, transport, _) = spawn_with(dirs.home(), &config_args(dirs.home(), &config));
+    let editor = Editor::new();
+    let seen = editor.updates.clone();
+    let cwd = dirs.cwd();
+    let answers = editor
+        .run(transport, async move |cx: ConnectionTo<Agent>| {
+            let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
+            let first = cx.send_request(prompt_request(&session, "first question"));
+            for _ in 0..200 {
+                let started = seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|u| matches!(u, SessionUpdate::AgentMessageChunk(_)));
+                if started {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // The user stops the turn and asks again at once, while it
+            // is still ending.
+            cx.send_notification(CancelNotification::new(session.clone()))?;
+            let second = cx.send_request(prompt_request(&session, "second question"));
+            let (a, b) = tokio::join!(first.block_task(), second.block_task());
+            Ok([a?.stop_reason, b?.stop_reason])
+        })
+        .await;
+    drop(child);
+    assert_eq!(answers, [StopReason::Cancelled, StopReason::EndTurn]);
+    // Its own turn, shown: not words for the cancelled one.
+    let said: String = editor
+        .updates()
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
+            _ => None,
+        })
+        .collect();
+    assert!(said.ends_with("Answered the second."), "{said}");
+    let received = mock.received();
+    assert_eq!(received.len(), 2, "model calls");
+    assert!(
+        user_texts(&received[1])
+            .last()
+            .unwrap()
+            .contains("second question"),
+        "{:?}",
+        user_texts(&received[1])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_editors_other_folders_are_in_reach_and_named_to_the_model() {
     let dirs = Dirs::new();
     let other = tempfile::tempdir().unwrap();

@@ -141,6 +141,10 @@ pub(crate) struct ActiveTurn {
     pub(crate) run_id: RunId,
     pub(crate) cancel: CancellationToken,
     pub(crate) interjections: VecDeque<String>,
+    /// Words were queued after the turn was cancelled: the user spoke
+    /// again, so the words start the next turn (words that all came
+    /// before the cancel are only stored).
+    pub(crate) spoken_after_cancel: bool,
 }
 
 /// The words waiting for `conversation`'s running turn (what
