@@ -157,6 +157,19 @@ impl Dirs {
 }
 
 /// A database `t.db` in `dir`.
+/// A model answer: `text`, then call `id` writing `content` to `path`
+/// (which asks, unless allowed).
+fn writes(text: &str, id: &str, path: &str, content: &str) -> support::Reply {
+    support::Reply::sse(support::openai_sse(
+        text,
+        &[support::Call {
+            id,
+            name: "write_file",
+            arguments: serde_json::json!({"path": path, "content": content}),
+        }],
+    ))
+}
+
 fn sqlite_in(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("t.db").display())
 }

@@ -186,20 +186,25 @@ fn said(updates: &[SessionUpdate]) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that the editor was asked once, about `call_fix`, and that its
+/// write ran.
+fn fixed_once_asked(editor: &Editor, dirs: &Dirs) {
+    let asked = editor.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].tool_call.tool_call_id.0.as_ref(), "call_fix");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project().join("fix.txt")).unwrap(),
+        "fixed\n"
+    );
+}
+
 #[tokio::test]
 async fn a_turn_a_notification_wakes_is_shown_and_asked_about_and_a_prompt_waits_for_it() {
-    use support::{Call, MockServer, Reply, openai_sse};
+    use support::{MockServer, Reply, openai_sse};
     let server = MockServer::start(vec![
         // The turn the notification wakes: it writes a file, which the
         // editor is asked about.
-        Reply::sse(openai_sse(
-            "Fixing the build.",
-            &[Call {
-                id: "call_fix",
-                name: "write_file",
-                arguments: serde_json::json!({"path": "fix.txt", "content": "fixed\n"}),
-            }],
-        )),
+        writes("Fixing the build.", "call_fix", "fix.txt", "fixed\n"),
         Reply::sse(openai_sse("Fixed.", &[])),
         // The prompt sent while that turn waited for the answer.
         Reply::sse(openai_sse("Yes, it is fixed.", &[])),
@@ -237,13 +242,7 @@ async fn a_turn_a_notification_wakes_is_shown_and_asked_about_and_a_prompt_waits
     drop(child);
     assert_eq!(stop, StopReason::EndTurn);
     // Asked about the woken turn's write, which then ran.
-    let asked = editor.asked();
-    assert_eq!(asked.len(), 1, "{asked:?}");
-    assert_eq!(asked[0].tool_call.tool_call_id.0.as_ref(), "call_fix");
-    assert_eq!(
-        std::fs::read_to_string(dirs.project().join("fix.txt")).unwrap(),
-        "fixed\n"
-    );
+    fixed_once_asked(&editor, &dirs);
     // The editor saw the woken turn as it ran: why it woke, its words and
     // its call's end; then the prompt's answer.
     let updates = editor.updates();
@@ -298,14 +297,7 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
         // The woken turn writes a file, which asks: whether it is still
         // running or already paused when the second prompt sends, that
         // prompt asks about it.
-        Reply::sse(openai_sse(
-            "Woken.",
-            &[Call {
-                id: "call_fix",
-                name: "write_file",
-                arguments: serde_json::json!({"path": "fix.txt", "content": "fixed\n"}),
-            }],
-        )),
+        writes("Woken.", "call_fix", "fix.txt", "fixed\n"),
         Reply::sse(openai_sse("Fixed.", &[])),
         Reply::sse(openai_sse("Second prompt.", &[])),
     ])
@@ -371,13 +363,7 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
         assert!(third.contains("and now?"), "{third}");
     }
     // Either way the write was asked about, and ran.
-    let asked = editor.asked();
-    assert_eq!(asked.len(), 1, "{asked:?}");
-    assert_eq!(asked[0].tool_call.tool_call_id.0.as_ref(), "call_fix");
-    assert_eq!(
-        std::fs::read_to_string(dirs.project().join("fix.txt")).unwrap(),
-        "fixed\n"
-    );
+    fixed_once_asked(&editor, &dirs);
     eprintln!("{} model calls", received.len());
 }
 

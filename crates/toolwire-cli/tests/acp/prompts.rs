@@ -379,29 +379,9 @@ async fn two_prompts_at_once(
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
             let first = cx.send_request(prompt_request(&session, "first question"));
-            // Wait for the first words of the running turn.
-            for _ in 0..200 {
-                let started = seen
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|u| matches!(u, SessionUpdate::AgentMessageChunk(_)));
-                if started {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            first_words(&seen).await;
             let second = cx.send_request(prompt_request(&session, "second question"));
-            let text = |seen: &Arc<Mutex<Vec<SessionUpdate>>>| {
-                seen.lock()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|u| match u {
-                        SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
-                        _ => None,
-                    })
-                    .collect::<String>()
-            };
+            let text = |seen: &Arc<Mutex<Vec<SessionUpdate>>>| words(&seen.lock().unwrap());
             // Which answer the client reads first is not asserted: answers
             // sent together may be polled in either order by `join!`. What
             // each prompt's answer saw by then says when it came.
@@ -433,16 +413,31 @@ fn interjecting(home: &Path, url: &str) -> PathBuf {
     config
 }
 
-/// A model answer that writes `hi` to `out.txt` (call `w1`, which asks).
-fn writes_out() -> Reply {
-    Reply::sse(openai_sse(
-        "Writing.",
-        &[Call {
-            id: "w1",
-            name: "write_file",
-            arguments: serde_json::json!({"path": "out.txt", "content": "hi\n"}),
-        }],
-    ))
+/// Waits (4 s at most) for the agent's first words in `seen`.
+async fn first_words(seen: &Arc<Mutex<Vec<SessionUpdate>>>) {
+    for _ in 0..200 {
+        if !words(&seen.lock().unwrap()).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The agent's words in `updates`, joined.
+fn words(updates: &[SessionUpdate]) -> String {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Asserts that the last user message of `request` contains `words`.
+fn assert_last_user_words(request: &support::Received, words: &str) {
+    let users = user_texts(request);
+    assert!(users.last().is_some_and(|u| u.contains(words)), "{users:?}");
 }
 
 /// The user messages of a request to the mock.
@@ -547,7 +542,7 @@ async fn words_interjected_while_the_turn_asks_land_in_it_once_answered() {
     let dirs = Dirs::new();
     // The turn writes a file (which asks), then answers.
     let mock = MockServer::start(vec![
-        writes_out(),
+        writes("Writing.", "w1", "out.txt", "hi\n"),
         Reply::sse(openai_sse("Wrote it, and read your words.", &[])),
         Reply::sse(openai_sse("A turn of its own.", &[])),
     ])
@@ -622,7 +617,10 @@ async fn words_too_late_for_the_turn_start_one_that_is_shown_and_asked_about() {
     // (which asks), then answers.
     let mock = slow_first(
         openai_sse(&"A long answer. ".repeat(12), &[]),
-        vec![writes_out(), Reply::sse(openai_sse("Wrote it.", &[]))],
+        vec![
+            writes("Writing.", "w1", "out.txt", "hi\n"),
+            Reply::sse(openai_sse("Wrote it.", &[])),
+        ],
     )
     .await;
     let config = interjecting(dirs.home(), &mock.url);
@@ -653,11 +651,7 @@ async fn words_too_late_for_the_turn_start_one_that_is_shown_and_asked_about() {
     // Two turns: the second began with the words, as a user message.
     let received = mock.received();
     assert_eq!(received.len(), 3, "model calls");
-    let users = user_texts(&received[1]);
-    assert!(
-        users.last().unwrap().contains("second question"),
-        "{users:?}"
-    );
+    assert_last_user_words(&received[1], "second question");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -698,27 +692,13 @@ async fn words_for_a_turn_that_fails_start_one_that_is_shown_after_the_failure()
     // Both answered when the second turn ended; its words shown after the
     // first one's failure.
     assert_eq!(answers, [StopReason::EndTurn; 2]);
-    let said: String = editor
-        .updates()
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
-            _ => None,
-        })
-        .collect();
+    let said = words(&editor.updates());
     assert!(said.starts_with("The turn failed: "), "{said}");
     assert!(said.contains("the request is malformed"), "{said}");
     assert!(said.ends_with("Answered the second."), "{said}");
     let received = mock.received();
     assert_eq!(received.len(), 2, "model calls");
-    assert!(
-        user_texts(&received[1])
-            .last()
-            .unwrap()
-            .contains("second question"),
-        "{:?}",
-        user_texts(&received[1])
-    );
+    assert_last_user_words(&received[1], "second question");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -738,17 +718,7 @@ async fn a_prompt_sent_right_after_a_cancel_runs_on_its_own() {
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
             let first = cx.send_request(prompt_request(&session, "first question"));
-            for _ in 0..200 {
-                let started = seen
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|u| matches!(u, SessionUpdate::AgentMessageChunk(_)));
-                if started {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            first_words(&seen).await;
             // The user stops the turn and asks again at once, while it
             // is still ending.
             cx.send_notification(CancelNotification::new(session.clone()))?;
@@ -760,25 +730,11 @@ async fn a_prompt_sent_right_after_a_cancel_runs_on_its_own() {
     drop(child);
     assert_eq!(answers, [StopReason::Cancelled, StopReason::EndTurn]);
     // Its own turn, shown: not words for the cancelled one.
-    let said: String = editor
-        .updates()
-        .iter()
-        .filter_map(|u| match u {
-            SessionUpdate::AgentMessageChunk(c) => Some(text_of(&c.content)),
-            _ => None,
-        })
-        .collect();
+    let said = words(&editor.updates());
     assert!(said.ends_with("Answered the second."), "{said}");
     let received = mock.received();
     assert_eq!(received.len(), 2, "model calls");
-    assert!(
-        user_texts(&received[1])
-            .last()
-            .unwrap()
-            .contains("second question"),
-        "{:?}",
-        user_texts(&received[1])
-    );
+    assert_last_user_words(&received[1], "second question");
 }
 
 #[tokio::test(flavor = "multi_thread")]
