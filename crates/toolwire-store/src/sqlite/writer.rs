@@ -77,6 +77,25 @@ pub(in crate::sqlite) struct Stamp {
     data_version: i64,
 }
 
+/// Puts the file in WAL mode and says the mode it is in. The change
+/// takes the file's exclusive lock, and SQLite answers busy at once,
+/// without waiting through the busy timeout, while another process opens
+/// the same new file: it is tried again until the timeout has passed.
+fn wal_mode(conn: &Connection) -> Result<String> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let mode = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(StoreError::from);
+        match mode {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            mode => return mode,
+        }
+    }
+}
+
 impl Writer {
     pub(in crate::sqlite) fn new(location: Location) -> Writer {
         Writer {
@@ -142,8 +161,7 @@ impl Writer {
                 conn.busy_timeout(BUSY_TIMEOUT)?;
                 // The file's own from then on; said again on every
                 // open, which costs nothing once it is.
-                let mode: String =
-                    conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+                let mode = wal_mode(&conn)?;
                 if !mode.eq_ignore_ascii_case("wal") {
                     tracing::warn!(mode, "the database file could not be put in WAL mode");
                 }
