@@ -1225,8 +1225,8 @@ impl AcpAgent {
         let cancels = session.cancels.load(Ordering::SeqCst);
         let session_id = request.session_id.clone();
         cx.clone().spawn(async move {
-            // Counted from now until it holds the session's turn: a turn
-            // the engine starts meanwhile is this prompt's to show.
+            // Counted from now until it holds the session's turn: a
+            // session with prompts on their way is not parked under them.
             let waiting = state::Waiting::new(&session);
             // Checked (and images stored) before it waits: bad input is
             // answered at once, and the session stays usable.

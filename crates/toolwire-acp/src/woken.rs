@@ -71,32 +71,31 @@ pub(crate) fn follow(
                 // it; one that does not (a slash command answered at once,
                 // a prompt refused) leaves it to be shown here after it.
                 let _turn = session.turns.clone().lock_owned().await;
-                let shown = stored.seq <= session.shown_through.load(Ordering::SeqCst);
+                let unshown = stored.seq > session.shown_through.load(Ordering::SeqCst);
                 // Closed meanwhile: nothing to show it in.
-                let Some(_running) = open()
-                    .filter(|_| !shown)
+                if let Some(_running) = open()
+                    .filter(|_| unshown)
                     .and_then(|_| session.start_prompt())
-                else {
-                    let shown = session.shown_through.load(Ordering::SeqCst);
-                    follower = engine.follow_after(conversation, shown.max(stored.seq));
-                    break;
-                };
-                session.cancelled.store(false, Ordering::SeqCst);
-                tracing::info!(session = %session_id.0, run = %run_id, "ACP: showing a turn the engine started itself");
-                let start = Start::Woken {
-                    run: run_id,
-                    after: stored.seq,
-                };
-                if let Err(e) =
-                    session::run_prompt(&engine, &session, session_id.clone(), start, "", &cx).await
                 {
-                    tracing::warn!(session = %session_id.0, error = %e, "showing a turn the engine started itself");
+                    session.cancelled.store(false, Ordering::SeqCst);
+                    tracing::info!(session = %session_id.0, run = %run_id, "ACP: showing a turn the engine started itself");
+                    let start = Start::Woken {
+                        run: run_id,
+                        after: stored.seq,
+                    };
+                    if let Err(e) =
+                        session::run_prompt(&engine, &session, session_id.clone(), start, "", &cx)
+                            .await
+                    {
+                        tracing::warn!(session = %session_id.0, error = %e, "showing a turn the engine started itself");
+                    }
+                    sessions::touch(&engine, conversation, &session.cwd, session.mode(), "").await;
                 }
-                sessions::touch(&engine, conversation, &session.cwd, session.mode(), "").await;
-                // Followed again from where the show left off (never before
-                // this turn's start): what it went past is not read back
-                // from the store (this follower fell behind meanwhile), and
-                // what it did not is read again.
+                // Followed again from where the prompts and the show left
+                // off (never before this turn's start): what they went past
+                // is not read back from the store (this follower fell
+                // behind while it waited), and what they did not is read
+                // again.
                 let shown = session.shown_through.load(Ordering::SeqCst);
                 follower = engine.follow_after(conversation, shown.max(stored.seq));
                 break;

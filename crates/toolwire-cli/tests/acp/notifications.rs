@@ -186,6 +186,25 @@ fn said(updates: &[SessionUpdate]) -> Vec<String> {
         .collect()
 }
 
+/// A config in `dir` where notifications from `ci` wake the agent, joined
+/// within `coalesce` seconds, with `more` TOML after it.
+fn waking_on_ci(dir: &Path, coalesce: &str, more: &str) -> PathBuf {
+    write_file(
+        dir,
+        "toolwire.toml",
+        &format!("[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = {coalesce}\n{more}"),
+    )
+}
+
+/// Tells session `session` "the build failed" from source `ci` (a waking
+/// source in these tests' configs).
+fn ci_build_failed(cx: &ConnectionTo<Agent>, session: &SessionId) -> Result<(), AcpError> {
+    cx.send_notification(UntypedMessage::new(
+        "_toolwire/notify",
+        serde_json::json!({"sessionId": session.0, "source": "ci", "text": "the build failed"}),
+    )?)
+}
+
 /// Asserts that the editor was asked once, about `call_fix`, and that its
 /// write ran.
 fn fixed_once_asked(editor: &Editor, dirs: &Dirs) {
@@ -212,11 +231,7 @@ async fn a_turn_a_notification_wakes_is_shown_and_asked_about_and_a_prompt_waits
     .await;
     let dirs = Dirs::new();
     let data = tempfile::tempdir().unwrap();
-    let config = write_file(
-        data.path(),
-        "toolwire.toml",
-        "[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0.05\n",
-    );
+    let config = waking_on_ci(data.path(), "0.05", "");
     let db = sqlite_in(data.path());
     let (child, transport, _) = spawn_with(dirs.home(), &openai_args(&server.url, &db, &config));
     // The user takes a moment over the question.
@@ -227,10 +242,7 @@ async fn a_turn_a_notification_wakes_is_shown_and_asked_about_and_a_prompt_waits
         .run(transport, async move |cx: ConnectionTo<Agent>| {
             let session = open_session(&cx, ClientCapabilities::new(), cwd).await?;
             // No prompt runs: the notification wakes the agent.
-            cx.send_notification(UntypedMessage::new(
-                "_toolwire/notify",
-                serde_json::json!({"sessionId": session.0, "source": "ci", "text": "the build failed"}),
-            )?)?;
+            ci_build_failed(&cx, &session)?;
             // While the woken turn waits for the answer, a prompt: it
             // waits for that turn, and is not refused.
             while watching.asked().is_empty() {
@@ -304,10 +316,10 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
     .await;
     let dirs = Dirs::new();
     let data = tempfile::tempdir().unwrap();
-    let config = write_file(
+    let config = waking_on_ci(
         data.path(),
-        "toolwire.toml",
-        "[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0\n[acp.permissions]\nrun_command = \"allow\"\n",
+        "0",
+        "[acp.permissions]\nrun_command = \"allow\"\n",
     );
     let db = sqlite_in(data.path());
     let log = data.path().join("acp.log");
@@ -325,10 +337,7 @@ async fn a_prompt_that_finds_a_woken_turn_running_shows_it_then_runs() {
             running.recv().await;
             // The command is done and the answer streams.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            cx.send_notification(UntypedMessage::new(
-                "_toolwire/notify",
-                serde_json::json!({"sessionId": session.0, "source": "ci", "text": "the build failed"}),
-            )?)?;
+            ci_build_failed(&cx, &session)?;
             // Queued behind the first: the woken turn is its to show.
             let second = cx.send_request(prompt_request(&session, "and now?"));
             Ok((
@@ -375,11 +384,7 @@ async fn a_notification_to_a_parked_session_opens_it_and_its_turn_is_shown() {
         "script.yaml",
         "steps:\n  - text: \"Looking at the build.\"\n",
     );
-    let config = write_file(
-        dirs.home(),
-        "toolwire.toml",
-        "[acp]\nmax_open_sessions = 1\n[notifications]\nwake = [\"ci\"]\ncoalesce_seconds = 0\n",
-    );
+    let config = waking_on_ci(dirs.home(), "0", "[acp]\nmax_open_sessions = 1\n");
     let log = dirs.home().join("agent.log");
     let (child, transport, _) = spawn_logging(
         dirs.home(),
@@ -394,12 +399,12 @@ async fn a_notification_to_a_parked_session_opens_it_and_its_turn_is_shown() {
             let first = open_session(&cx, ClientCapabilities::new(), cwd.clone()).await?;
             // The second session parks the first.
             open_session(&cx, ClientCapabilities::new(), cwd).await?;
-            cx.send_notification(UntypedMessage::new(
-                "_toolwire/notify",
-                serde_json::json!({"sessionId": first.0, "source": "ci", "text": "the build failed"}),
-            )?)?;
+            ci_build_failed(&cx, &first)?;
             for _ in 0..250 {
-                if said(&watching.updates()).iter().any(|s| s.contains("Looking at the build.")) {
+                if said(&watching.updates())
+                    .iter()
+                    .any(|s| s.contains("Looking at the build."))
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
